@@ -1,0 +1,3 @@
+"""System checks (filled in by the checks feature)."""
+
+from __future__ import annotations

@@ -1,0 +1,188 @@
+"""The one place that reads ``settings.REDIS_PATTERNS``.
+
+Read settings through :func:`get_config` only. It merges the project's dict over
+:data:`DEFAULTS`, validates names and types, and is cached until Django's
+``setting_changed`` signal (``override_settings`` in tests) clears it.
+
+Unknown keys and wrong types raise :class:`~django_redispatterns.exceptions.ConfigurationError`
+(an ``ImproperlyConfigured``) naming the offending key, e.g. ``REDIS_PATTERNS['LOCKS']['TLL']``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .exceptions import ConfigurationError
+
+SETTING_NAME = "REDIS_PATTERNS"
+FEATURES = ("LOCKS", "RATELIMIT", "IDEMPOTENCY", "SESSIONS")
+
+_number = (int, float)
+_optional_str = (str, type(None))
+
+# key -> (accepted types, default). Nested dicts are feature sections.
+SCHEMA: dict[str, Any] = {
+    # Alias of a django-redis CACHES entry, or a redis://, rediss://, unix://,
+    # redis+sentinel:// or redis+cluster:// URL.
+    "CONNECTION": ((str,), "default"),
+    "KEY_PREFIX": ((str,), "rp"),
+    # Bounds on how long any decision may wait for Redis (seconds). Applied to the
+    # clients this app builds from URLs; a CACHES alias keeps django-redis's own options.
+    "SOCKET_TIMEOUT": (_number, 1.0),
+    "SOCKET_CONNECT_TIMEOUT": (_number, 1.0),
+    "LOCKS": {
+        "CONNECTION": (_optional_str, None),
+        "TTL": (_number, 30),
+        "FENCING_TTL": (_number, 30 * 24 * 3600),
+        # Connections (aliases or URLs) of independent masters for Redlock quorum mode.
+        "QUORUM": ((list, tuple), []),
+    },
+    "RATELIMIT": {
+        "CONNECTION": (_optional_str, None),
+        "FAIL_OPEN": ((bool,), True),
+        "RULES": ((list, tuple), []),
+        # Proxies whose X-Forwarded-For entries are trusted (IPs or CIDRs).
+        "TRUSTED_PROXIES": ((list, tuple), []),
+        "IPV6_PREFIX": ((int,), 64),
+        # Dotted path of a view answering blocked requests (default: built-in 429).
+        "VIEW": (_optional_str, None),
+    },
+    "IDEMPOTENCY": {
+        "CONNECTION": (_optional_str, None),
+        "HEADER": ((str,), "Idempotency-Key"),
+        "TTL": (_number, 86400),
+        "METHODS": ((list, tuple), ["POST", "PATCH"]),
+        "REQUIRED": ((bool,), False),
+        "MAX_BODY_BYTES": ((int,), 1024 * 1024),
+        # Lease of the in-flight claim; renewed while a long view runs.
+        "LEASE": (_number, 30),
+    },
+    "SESSIONS": {
+        "CONNECTION": (_optional_str, None),
+        # End the user's other sessions when their password changes.
+        "LOGOUT_ON_PASSWORD_CHANGE": ((bool,), False),
+        # How SessionActivityMiddleware stores the client IP: "truncate", "hash" or "none".
+        "IP_STORAGE": ((str,), "truncate"),
+    },
+}
+
+
+class Config:
+    """Validated, read-only view of ``REDIS_PATTERNS`` merged over the defaults."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __repr__(self) -> str:
+        return f"Config({dict(self._values)!r})"
+
+    @property
+    def key_prefix(self) -> str:
+        return str(self._values["KEY_PREFIX"])
+
+    def feature(self, feature: str) -> Mapping[str, Any]:
+        """The merged settings section of ``feature`` ("LOCKS", "RATELIMIT", ...)."""
+        return self._values[feature]  # type: ignore[no-any-return]
+
+    def connection_for(self, feature: str | None) -> str:
+        """The connection (CACHES alias or URL) that ``feature`` uses."""
+        if feature is not None:
+            own = self.feature(feature).get("CONNECTION")
+            if own:
+                return str(own)
+        return str(self._values["CONNECTION"])
+
+
+def _check_type(path: str, value: Any, types: tuple[type, ...]) -> None:
+    # bool is an int subclass: a TTL of True is a mistake, not 1 second.
+    if isinstance(value, bool) and bool not in types:
+        raise ConfigurationError(f"{path} must be {_type_names(types)}, not a bool ({value!r}).")
+    if not isinstance(value, types):
+        raise ConfigurationError(
+            f"{path} must be {_type_names(types)}, got {type(value).__name__} ({value!r})."
+        )
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    names = ["None" if t is type(None) else t.__name__ for t in types]
+    return " or ".join(names)
+
+
+def _merge(path: str, schema: Mapping[str, Any], given: Any) -> dict[str, Any]:
+    if not isinstance(given, Mapping):
+        raise ConfigurationError(f"{path} must be a dict, got {type(given).__name__}.")
+    unknown = sorted(set(given) - set(schema))
+    if unknown:
+        raise ConfigurationError(
+            f"{path} has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"known keys are {', '.join(sorted(schema))}."
+        )
+    merged: dict[str, Any] = {}
+    for key, spec in schema.items():
+        sub = f"{path}[{key!r}]"
+        if isinstance(spec, dict):
+            merged[key] = MappingProxyType(_merge(sub, spec, given.get(key, {})))
+            continue
+        types, default = spec
+        value = given.get(key, default)
+        _check_type(sub, value, types)
+        merged[key] = value
+    return merged
+
+
+def _validate_values(values: Mapping[str, Any]) -> None:
+    for path, value in (
+        ("SOCKET_TIMEOUT", values["SOCKET_TIMEOUT"]),
+        ("SOCKET_CONNECT_TIMEOUT", values["SOCKET_CONNECT_TIMEOUT"]),
+        ("LOCKS']['TTL", values["LOCKS"]["TTL"]),
+        ("LOCKS']['FENCING_TTL", values["LOCKS"]["FENCING_TTL"]),
+        ("IDEMPOTENCY']['TTL", values["IDEMPOTENCY"]["TTL"]),
+        ("IDEMPOTENCY']['LEASE", values["IDEMPOTENCY"]["LEASE"]),
+    ):
+        if value <= 0:
+            raise ConfigurationError(f"{SETTING_NAME}['{path}'] must be > 0, got {value!r}.")
+    prefix = values["KEY_PREFIX"]
+    if not prefix or any(c in prefix for c in "{}* \t\r\n"):
+        raise ConfigurationError(
+            f"{SETTING_NAME}['KEY_PREFIX'] must be non-empty, without spaces, braces or '*'; "
+            f"got {prefix!r}."
+        )
+    ip_storage = values["SESSIONS"]["IP_STORAGE"]
+    if ip_storage not in ("truncate", "hash", "none"):
+        raise ConfigurationError(
+            f"{SETTING_NAME}['SESSIONS']['IP_STORAGE'] must be 'truncate', 'hash' or 'none', "
+            f"got {ip_storage!r}."
+        )
+
+
+def build_config(raw: Any) -> Config:
+    """Validate a ``REDIS_PATTERNS`` value and return its merged :class:`Config`."""
+    values = _merge(SETTING_NAME, SCHEMA, raw if raw is not None else {})
+    _validate_values(values)
+    return Config(MappingProxyType(values))
+
+
+@functools.cache
+def get_config() -> Config:
+    """The project's validated settings (cached; cleared when settings change)."""
+    return build_config(getattr(settings, SETTING_NAME, {}))
+
+
+@receiver(setting_changed)
+def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    if setting in (SETTING_NAME, "CACHES", "SECRET_KEY"):
+        get_config.cache_clear()
+        from . import connection, keys
+
+        connection.reset_clients()
+        keys.reset_secret()

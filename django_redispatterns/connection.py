@@ -1,0 +1,227 @@
+"""The one place that turns settings into Redis clients.
+
+A feature asks for ``get_client("LOCKS")`` (or ``get_async_client`` in async code) and
+gets a client for that feature's ``CONNECTION``:
+
+* the alias of a django-redis ``CACHES`` entry: django-redis's own client and pool are
+  reused (``django_redis.get_redis_connection``), so options such as Sentinel or Cluster
+  client classes, passwords and pool sizes are configured once, in ``CACHES``;
+* a URL: ``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://host:port[,host:port]
+  /service[/db]`` or ``redis+cluster://host:port[,host:port]``.
+
+Clients built from URLs use the top-level ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT``
+and retry a command at most once, and only after a *connection* error (a stale pooled
+socket after a server restart) — never after a timeout, because a timed-out Lua call
+may already have run (SPEC D4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
+
+from .conf import get_config
+from .exceptions import ConfigurationError
+
+SENTINEL_SCHEME = "redis+sentinel"
+CLUSTER_SCHEME = "redis+cluster"
+
+_lock = threading.Lock()
+_clients: dict[str, Any] = {}
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def get_client(feature: str | None = None) -> Any:
+    """A (sync) Redis client for ``feature``'s connection ("LOCKS", "RATELIMIT", ...)."""
+    return client_for(get_config().connection_for(feature))
+
+
+def client_for(connection: str) -> Any:
+    """A (sync) Redis client for a connection string: a CACHES alias or a URL."""
+    client = _clients.get(connection)
+    if client is None:
+        with _lock:
+            client = _clients.get(connection)
+            if client is None:
+                client = _build_sync(connection)
+                _clients[connection] = client
+    return client
+
+
+def get_async_client(feature: str | None = None) -> Any:
+    """An asyncio Redis client for ``feature``'s connection, bound to the running loop."""
+    return async_client_for(get_config().connection_for(feature))
+
+
+def async_client_for(connection: str) -> Any:
+    """An asyncio Redis client for a connection string (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    per_loop = _async_clients.setdefault(loop, {})
+    client = per_loop.get(connection)
+    if client is None:
+        client = per_loop[connection] = _build_async(connection)
+    return client
+
+
+def reset_clients() -> None:
+    """Forget cached clients (settings changed). Their pools close when collected."""
+    with _lock:
+        _clients.clear()
+    _async_clients.clear()
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a Redis Cluster client (sync or asyncio)."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
+
+
+# --- building ---------------------------------------------------------------------------
+
+
+def _is_url(connection: str) -> bool:
+    return "://" in connection
+
+
+def _cache_location(alias: str) -> str:
+    from django.conf import settings
+
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        raise ConfigurationError(
+            f"REDIS_PATTERNS connection {alias!r} is neither a URL nor an alias in CACHES "
+            f"(aliases: {', '.join(sorted(caches)) or 'none'})."
+        )
+    location = caches[alias].get("LOCATION")
+    if isinstance(location, (list, tuple)):
+        location = location[0]
+    if not isinstance(location, str) or not _is_url(location):
+        raise ConfigurationError(
+            f"CACHES[{alias!r}] has no Redis URL in LOCATION; REDIS_PATTERNS can only use "
+            "a django-redis cache alias or a URL."
+        )
+    return location
+
+
+def _build_sync(connection: str) -> Any:
+    if not _is_url(connection):
+        _cache_location(connection)  # validates the alias with a clear message
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(connection)
+    return _from_url(connection, asyncio_client=False)
+
+
+def _build_async(connection: str) -> Any:
+    url = connection if _is_url(connection) else _cache_location(connection)
+    return _from_url(url, asyncio_client=True)
+
+
+def _timeouts() -> dict[str, Any]:
+    config = get_config()
+    return {
+        "socket_timeout": config["SOCKET_TIMEOUT"],
+        "socket_connect_timeout": config["SOCKET_CONNECT_TIMEOUT"],
+    }
+
+
+def _retry(asyncio_client: bool) -> Any:
+    if asyncio_client:
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        return AsyncRetry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+def _hosts(netloc: str, default_port: int) -> list[tuple[str, int]]:
+    hosts = []
+    for part in netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+        hosts.append((host or "127.0.0.1", int(port or default_port)))
+    return hosts
+
+
+def _credentials(netloc: str) -> dict[str, Any]:
+    if "@" not in netloc:
+        return {}
+    userinfo = netloc.rsplit("@", 1)[0]
+    user, _, password = userinfo.partition(":")
+    creds: dict[str, Any] = {}
+    if user:
+        creds["username"] = unquote(user)
+    if password:
+        creds["password"] = unquote(password)
+    return creds
+
+
+def _from_url(url: str, *, asyncio_client: bool) -> Any:
+    parts = urlsplit(url)
+    options = {**_timeouts(), "retry": _retry(asyncio_client), "retry_on_timeout": False}
+    if parts.scheme == SENTINEL_SCHEME:
+        return _sentinel_master(parts, options, asyncio_client)
+    if parts.scheme == CLUSTER_SCHEME:
+        return _cluster(parts, options, asyncio_client)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigurationError(f"Unsupported Redis URL scheme {parts.scheme!r} in {url!r}.")
+    module: Any = redis.asyncio if asyncio_client else redis
+    return module.Redis.from_url(url, **options)
+
+
+def _sentinel_master(parts: Any, options: dict[str, Any], asyncio_client: bool) -> Any:
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ConfigurationError(
+            "A redis+sentinel:// URL needs the service name: "
+            "redis+sentinel://host:26379[,host:26379]/mymaster[/db]."
+        )
+    service = path[0]
+    db = int(path[1]) if len(path) > 1 else 0
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    creds = _credentials(parts.netloc)
+    sentinel_kwargs = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout")}
+    if "sentinel_password" in query:
+        sentinel_kwargs["password"] = query["sentinel_password"]
+    if asyncio_client:
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+        sentinel: Any = AsyncSentinel(_hosts(parts.netloc, 26379),
+                                      sentinel_kwargs=sentinel_kwargs, **options)
+    else:
+        from redis.sentinel import Sentinel
+
+        sentinel = Sentinel(_hosts(parts.netloc, 26379), sentinel_kwargs=sentinel_kwargs,
+                            **options)
+    return sentinel.master_for(service, db=db, **creds)
+
+
+def _cluster(parts: Any, options: dict[str, Any], asyncio_client: bool) -> Any:
+    creds = _credentials(parts.netloc)
+    if asyncio_client:
+        from redis.asyncio.cluster import ClusterNode as AsyncNode
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+        nodes: list[Any] = [AsyncNode(h, p) for h, p in _hosts(parts.netloc, 6379)]
+        return AsyncRedisCluster(startup_nodes=nodes, **creds, **_cluster_options(options))
+    from redis.cluster import ClusterNode, RedisCluster
+
+    nodes = [ClusterNode(h, p) for h, p in _hosts(parts.netloc, 6379)]
+    return RedisCluster(startup_nodes=nodes, **creds, **_cluster_options(options))
+
+
+def _cluster_options(options: dict[str, Any]) -> dict[str, Any]:
+    # RedisCluster keeps its own retry policy for MOVED/ASK redirects; a timeout is still
+    # never retried for us because retry_on_timeout stays False.
+    return {k: v for k, v in options.items() if k != "retry"}

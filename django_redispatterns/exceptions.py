@@ -1,0 +1,84 @@
+"""One exception hierarchy for the whole app.
+
+Every error this package raises on purpose derives from :class:`RedisPatternsError`,
+so ``except RedisPatternsError`` catches all of them and nothing else.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class RedisPatternsError(Exception):
+    """Base class of every error raised by django_redispatterns."""
+
+
+class ConfigurationError(RedisPatternsError, ImproperlyConfigured):
+    """``REDIS_PATTERNS`` (or a related Django setting) is malformed.
+
+    Also an ``ImproperlyConfigured``, so Django treats it like its own configuration errors.
+    """
+
+
+class ScriptError(RedisPatternsError):
+    """A Lua script answered something the calling code does not understand."""
+
+
+class BackendUnavailable(RedisPatternsError):
+    """Redis could not be reached (or answered too slowly) for a decision that needs it."""
+
+
+class MissingTTLError(RedisPatternsError, ValueError):
+    """A cache write asked for no expiry (``timeout=None``) without ``ALLOW_NO_TTL``."""
+
+
+# --- locks -----------------------------------------------------------------------------
+
+
+class LockError(RedisPatternsError):
+    """Base class of lock errors."""
+
+
+class LockNotAcquired(LockError):
+    """The lock is held by someone else and could not be taken within ``wait`` seconds."""
+
+
+class LockLost(LockError):
+    """The lease ended or was taken over while the holder believed it still held the lock."""
+
+
+class LockNotOwned(LockError):
+    """``release()``/``extend()`` was called on a lock this instance does not hold."""
+
+
+# --- rate limiting ---------------------------------------------------------------------
+
+
+class RateLimited(RedisPatternsError):
+    """Raised by programmatic callers that prefer an exception to checking a Decision."""
+
+    def __init__(self, message: str = "rate limit exceeded", *, retry_after: float = 0.0,
+                 limit: int = 0, remaining: int = 0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.limit = limit
+        self.remaining = remaining
+
+
+# --- idempotency -----------------------------------------------------------------------
+
+
+class IdempotencyError(RedisPatternsError):
+    """Base class of idempotency-key errors."""
+
+
+class IdempotencyConflict(IdempotencyError):
+    """A request with the same key is still being processed (HTTP 409)."""
+
+
+class IdempotencyKeyReused(IdempotencyError):
+    """The key was used before with a different request (HTTP 422)."""
+
+
+class InvalidIdempotencyKey(IdempotencyError):
+    """The key is empty, too long or contains control characters (HTTP 400)."""

@@ -1,0 +1,32 @@
+"""The home page: one link per feature demo (demo/features/<slug>.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.util import find_spec
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+
+@dataclass(frozen=True)
+class Feature:
+    slug: str
+    title: str
+    blurb: str
+
+
+_ALL = [
+    Feature("cache", "Stampede-safe cache", "One recompute per expired hot key; stale-while-revalidate."),
+    Feature("ratelimit", "Rate limiting", "Fixed window, exact sliding window and GCRA, with 429 headers."),
+    Feature("idempotency", "Idempotency keys", "Replay a POST's first answer; 409 while it runs."),
+    Feature("sessions", "Sessions", "Your devices, and log out everywhere."),
+    Feature("locks", "Locks", "Fenced locks and @single_flight management commands."),
+    Feature("checks", "Checks", "What `check --deploy` and `redis_audit` say about this Redis."),
+]
+
+FEATURES = [f for f in _ALL if find_spec(f"demo.features.{f.slug}") is not None]
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "demo/home.html", {"features": FEATURES})

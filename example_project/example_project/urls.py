@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from importlib import import_module
+
+from django.contrib import admin
+from django.urls import include, path
+
+from demo.views import FEATURES, home
+
+urlpatterns = [
+    path("", home, name="home"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+]
+
+# Each feature's demo page lives in demo/features/<slug>.py with its own urlpatterns.
+for feature in FEATURES:
+    module = import_module(f"demo.features.{feature.slug}")
+    urlpatterns.append(path(f"{feature.slug}/", include((module.urlpatterns, feature.slug))))

@@ -1,0 +1,56 @@
+"""Django settings for the test suite. The Redis URL comes from tests.redis_servers."""
+
+from __future__ import annotations
+
+from tests.redis_servers import main_redis_url
+
+REDIS_URL = main_redis_url() or "redis://127.0.0.1:1/0"  # unreachable: Redis tests skip
+
+SECRET_KEY = "django-redispatterns-tests-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django_redispatterns",
+    "tests.testapp",
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "rptest-cache",
+        "TIMEOUT": 300,
+        "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
+    },
+}
+
+REDIS_PATTERNS = {
+    "CONNECTION": "default",
+    "KEY_PREFIX": "rptest",
+}
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.contrib.auth.context_processors.auth"]},
+    }
+]
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+LOGGING_CONFIG = None
