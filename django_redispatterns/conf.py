@@ -92,7 +92,7 @@ class Config:
 
     def feature(self, feature: str) -> Mapping[str, Any]:
         """The merged settings section of ``feature`` ("LOCKS", "RATELIMIT", ...)."""
-        return self._values[feature]  # type: ignore[no-any-return]
+        return self._values[feature]
 
     def connection_for(self, feature: str | None) -> str:
         """The connection (CACHES alias or URL) that ``feature`` uses."""

@@ -17,8 +17,8 @@ class Feature:
 
 
 _ALL = [
-    Feature("cache", "Stampede-safe cache", "One recompute per expired hot key; stale-while-revalidate."),
-    Feature("ratelimit", "Rate limiting", "Fixed window, exact sliding window and GCRA, with 429 headers."),
+    Feature("cache", "Stampede-safe cache", "One recompute per expired key; serve stale."),
+    Feature("ratelimit", "Rate limiting", "Fixed window, sliding window, GCRA; 429 headers."),
     Feature("idempotency", "Idempotency keys", "Replay a POST's first answer; 409 while it runs."),
     Feature("sessions", "Sessions", "Your devices, and log out everywhere."),
     Feature("locks", "Locks", "Fenced locks and @single_flight management commands."),

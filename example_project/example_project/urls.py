@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from demo.views import FEATURES, home
 from django.contrib import admin
 from django.urls import include, path
-
-from demo.views import FEATURES, home
 
 urlpatterns = [
     path("", home, name="home"),
