@@ -49,6 +49,33 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def _every_key_has_a_ttl(request: pytest.FixtureRequest) -> Iterator[None]:
+    """House rule I1, checked after every test: no key the app wrote lacks a TTL.
+
+    Scans ``rptest:*`` (the app's KEY_PREFIX in tests/settings.py) on the main test Redis,
+    then removes every test key. A test that writes TTL-less keys on purpose (e.g. the
+    audit's fixtures) says so with ``@pytest.mark.allow_no_ttl``.
+    """
+    yield
+    url = main_redis_url()
+    if url is None:
+        return
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        if request.node.get_closest_marker("allow_no_ttl") is None:
+            eternal = [
+                key for key in client.scan_iter(match="rptest:*", count=1000)
+                if client.pttl(key) == -1
+            ]
+            assert not eternal, f"keys written without a TTL (house rule I1): {eternal[:10]}"
+        delete_test_keys(client)
+    except redis.RedisError:
+        pass  # the test broke the main server on purpose; nothing to check
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
     """Start throwaway redis-server processes (for faults); all are stopped afterwards."""
