@@ -16,11 +16,13 @@ import functools
 import hashlib
 from collections.abc import Sequence
 from importlib.resources import files
-from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable  # Python >= 3.11; only for typing
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
