@@ -1,0 +1,113 @@
+"""One module per algorithm, behind one small interface (:class:`Algorithm`).
+
+Each algorithm is one Lua script that decides *and* reports in a single ``EVALSHA``:
+the script answers ``{allowed, limit, remaining, reset_after_ms, retry_after_ms}``, which
+:meth:`Algorithm.decision` turns into a :class:`Decision`. Adding an algorithm means one
+Lua file, one module with an :class:`Algorithm` subclass, and one line in :data:`_REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ...exceptions import ConfigurationError, ScriptError
+from ...scripts import ArgT, LuaScript, script
+from ..rates import ALGORITHMS, Rate, validate_algorithm
+
+# How long a request-id marker lives (ms): longer than any client re-send of a timed-out call.
+MARKER_TTL_MS = 10_000
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one rate-limit check.
+
+    ``reset_after`` and ``retry_after`` are seconds (floats, from the Redis server clock);
+    ``retry_after`` is 0 when ``allowed``. ``policy`` is the rule's rate (``Rate``) and
+    ``name`` the policy name used in the ``RateLimit`` headers.
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: float
+    retry_after: float
+    policy: Rate | None = None
+    name: str = "default"
+
+    @property
+    def reset(self) -> float:
+        """Alias of ``reset_after`` (seconds until the quota resets)."""
+        return self.reset_after
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+class Algorithm:
+    """One rate-limit strategy: a Lua script plus how to call it and read its answer."""
+
+    name: ClassVar[str]
+    code: ClassVar[str]  # short tag used in key names
+    script_name: ClassVar[str]
+    uses_marker: ClassVar[bool] = True  # needs a request-id marker key (KEYS[2])
+
+    def __init__(self, rate: Rate, burst: int | None = None) -> None:
+        if burst is not None:
+            raise ConfigurationError(f"burst= only applies to token_bucket, not {self.name}.")
+        self.rate = rate
+
+    @property
+    def lua(self) -> LuaScript:
+        return script(self.script_name)
+
+    @property
+    def shape(self) -> str:
+        """Part of the key name: rules with different rates never share a counter."""
+        return f"{self.rate.limit}-{self.rate.period}"
+
+    def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
+        return (self.rate.limit, self.rate.period * 1000, cost, request_id, MARKER_TTL_MS)
+
+    def decision(self, raw: Any, name: str = "default") -> Decision:
+        try:
+            allowed, limit, remaining, reset_ms, retry_ms = (int(x) for x in raw)
+        except (TypeError, ValueError) as exc:
+            raise ScriptError(f"{self.script_name} answered {raw!r}") from exc
+        retry = 0.0
+        if not allowed:
+            # Never tell a blocked client to come back in less than a second's granularity
+            # of what it asked for; Retry-After is whole seconds >= 1 anyway.
+            retry = max(retry_ms / 1000.0, 0.001)
+        return Decision(
+            allowed=bool(allowed), limit=limit, remaining=max(remaining, 0),
+            reset_after=max(reset_ms, 0) / 1000.0, retry_after=retry,
+            policy=self.rate, name=name,
+        )
+
+
+_REGISTRY = {
+    "fixed_window": ".fixed_window:FixedWindow",
+    "sliding_window": ".sliding_window:SlidingWindow",
+    "token_bucket": ".token_bucket:TokenBucket",
+}
+assert tuple(_REGISTRY) == ALGORITHMS
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The :class:`Algorithm` subclass registered as ``name``."""
+    validate_algorithm(name)
+    module, _, cls = _REGISTRY[name].partition(":")
+    return getattr(importlib.import_module(module, __name__), cls)
+
+
+def whole_seconds(seconds: float) -> int:
+    """Header value for a duration: whole seconds, rounded up."""
+    return max(math.ceil(seconds - 1e-9), 0)
+
+
+__all__ = ["Algorithm", "Decision", "get_algorithm", "whole_seconds"]

@@ -1,0 +1,23 @@
+"""Exact sliding window: a log of hits in a sorted set (no boundary burst).
+
+At any instant at most ``limit`` hits lie in the trailing ``period``. Memory is one member
+per admitted hit (bounded by ``limit``). Each hit's member is its request id, so a re-sent
+call is recognised and counts nothing (SPEC D4) without any extra key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...scripts import ArgT
+from . import Algorithm
+
+
+class SlidingWindow(Algorithm):
+    name = "sliding_window"
+    code = "sw"
+    script_name = "ratelimit_sliding_window"
+    uses_marker = False
+
+    def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
+        return (self.rate.limit, self.rate.period * 1000, cost, request_id)

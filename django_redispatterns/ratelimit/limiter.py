@@ -1,0 +1,202 @@
+"""``RateLimiter``: the programmatic API every adapter (decorator, middleware, DRF) uses.
+
+``RateLimiter("10/m", algorithm="sliding_window").hit("some-key")`` makes exactly one
+``EVALSHA`` and returns a :class:`Decision`. :func:`hit_many` / :func:`ahit_many` decide
+several rules for one request in one pipelined round trip. Identities are hashed with
+:func:`~django_redispatterns.keys.identity_hash` (SPEC D6) before they reach a key name,
+and the digest is the key's hash tag, so a limiter's keys share one Cluster slot.
+
+Redis being unreachable, timing out, read-only or out of memory raises
+:class:`~django_redispatterns.exceptions.BackendUnavailable`; what to do then (fail open or
+closed) is the caller's policy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from .. import connection, keys
+from ..exceptions import BackendUnavailable
+from ..scripts import Call, arun_many, run_many
+from .algorithms import Algorithm, Decision, get_algorithm
+from .rates import DEFAULT_ALGORITHM, Rate, parse_rate, validate_algorithm
+
+FEATURE = "RATELIMIT"
+KEY_FEATURE = "rl"
+
+# Errors meaning "Redis cannot decide right now" (as opposed to a bug in our call).
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,
+    redis_errors.OutOfMemoryError,
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.MasterDownError,
+    OSError,
+)
+
+
+def new_request_id() -> str:
+    """A unique id per hit: the sliding-window member and the D4 re-send marker."""
+    return os.urandom(9).hex()
+
+
+class RateLimiter:
+    """A rate (``"100/m"``, ``"5/10s"``) enforced with one algorithm over Redis.
+
+    ``group`` namespaces the counters (two limiters with the same group, rate and
+    algorithm share counters for the same identity). ``connection`` overrides
+    ``REDIS_PATTERNS['RATELIMIT']['CONNECTION']`` (a CACHES alias or a URL).
+    """
+
+    def __init__(
+        self,
+        rate: str | Rate,
+        *,
+        algorithm: str = DEFAULT_ALGORITHM,
+        burst: int | None = None,
+        group: str = "default",
+        name: str | None = None,
+        connection: str | None = None,
+    ) -> None:
+        self.rate = parse_rate(rate) if isinstance(rate, str) else rate
+        self.algorithm: Algorithm = get_algorithm(validate_algorithm(algorithm))(self.rate, burst)
+        self.group = group
+        self.name = name or "default"
+        self.connection = connection
+
+    def __repr__(self) -> str:
+        return (f"RateLimiter({str(self.rate)!r}, algorithm={self.algorithm.name!r}, "
+                f"group={self.group!r})")
+
+    # --- keys -------------------------------------------------------------------------
+
+    def digest(self, identity: str) -> str:
+        """Keyed hash of (group, identity): injective, and no raw identity in key names."""
+        material = f"{len(self.group)}:{self.group}|{identity}"
+        return keys.identity_hash(material, purpose="ratelimit")
+
+    def key(self, identity: str) -> str:
+        """The Redis key holding ``identity``'s state under this limiter."""
+        algo = self.algorithm
+        return keys.make_key(KEY_FEATURE, algo.code, algo.shape, tag=self.digest(identity))
+
+    def call(self, identity: str, cost: int = 1, request_id: str | None = None) -> Call:
+        """The script call that decides one hit (for :func:`hit_many` pipelines)."""
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise ValueError(f"cost must be a non-negative integer, got {cost!r}")
+        digest = self.digest(identity)
+        algo = self.algorithm
+        rid = request_id or new_request_id()
+        key_names = [keys.make_key(KEY_FEATURE, algo.code, algo.shape, tag=digest)]
+        if algo.uses_marker:
+            key_names.append(keys.make_key(KEY_FEATURE, "rid", rid, tag=digest))
+        return (algo.lua, key_names, algo.args(cost, rid))
+
+    # --- sync -------------------------------------------------------------------------
+
+    def client(self) -> Any:
+        if self.connection is not None:
+            return connection.client_for(self.connection)
+        return connection.get_client(FEATURE)
+
+    def hit(self, identity: str, cost: int = 1, *, request_id: str | None = None) -> Decision:
+        """Count ``cost`` hits for ``identity`` if they fit; one round trip.
+
+        A rejected hit counts nothing. Passing the same ``request_id`` again (a re-sent
+        call) counts nothing more.
+        """
+        return hit_many([(self, identity, cost, request_id)])[0]
+
+    def peek(self, identity: str) -> Decision:
+        """The current state for ``identity`` without counting anything."""
+        return self.hit(identity, 0)
+
+    def reset(self, identity: str) -> bool:
+        """Forget ``identity``'s state (unblock it); True if there was any."""
+        try:
+            return bool(self.client().delete(self.key(identity)))
+        except UNAVAILABLE_ERRORS as exc:
+            raise BackendUnavailable(f"rate limit reset failed: {exc}") from exc
+
+    # --- async ------------------------------------------------------------------------
+
+    def async_client(self) -> Any:
+        if self.connection is not None:
+            return connection.async_client_for(self.connection)
+        return connection.get_async_client(FEATURE)
+
+    async def ahit(self, identity: str, cost: int = 1, *,
+                   request_id: str | None = None) -> Decision:
+        """Async twin of :meth:`hit` (``redis.asyncio``; no thread hop)."""
+        return (await ahit_many([(self, identity, cost, request_id)]))[0]
+
+    async def apeek(self, identity: str) -> Decision:
+        return await self.ahit(identity, 0)
+
+    async def areset(self, identity: str) -> bool:
+        try:
+            return bool(await self.async_client().delete(self.key(identity)))
+        except UNAVAILABLE_ERRORS as exc:
+            raise BackendUnavailable(f"rate limit reset failed: {exc}") from exc
+
+
+Hit = tuple[RateLimiter, str, int, "str | None"]
+
+
+def _calls(hits: Sequence[Hit]) -> list[Call]:
+    return [limiter.call(identity, cost, rid) for limiter, identity, cost, rid in hits]
+
+
+def _decisions(hits: Sequence[Hit], results: list[Any]) -> list[Decision]:
+    out = []
+    for (limiter, _, _, _), raw in zip(hits, results, strict=True):
+        if isinstance(raw, UNAVAILABLE_ERRORS):
+            raise BackendUnavailable(f"rate limit check failed: {raw}") from raw
+        if isinstance(raw, Exception):
+            raise raw
+        out.append(limiter.algorithm.decision(raw, limiter.name))
+    return out
+
+
+def _same_connection(hits: Sequence[Hit]) -> str | None:
+    connections = {limiter.connection for limiter, *_ in hits}
+    if len(connections) > 1:
+        raise ValueError("hit_many() needs limiters on one connection")
+    return connections.pop() if connections else None
+
+
+def hit_many(hits: Sequence[Hit]) -> list[Decision]:
+    """Decide several (limiter, identity, cost, request_id) hits in one round trip.
+
+    Each hit is decided on its own (a hit one rule rejects may still count in another).
+    """
+    if not hits:
+        return []
+    calls = _calls(hits)
+    client = hits[0][0].client()
+    _same_connection(hits)
+    try:
+        results = run_many(client, calls)
+    except UNAVAILABLE_ERRORS as exc:
+        raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
+    return _decisions(hits, results)
+
+
+async def ahit_many(hits: Sequence[Hit]) -> list[Decision]:
+    """Async twin of :func:`hit_many`."""
+    if not hits:
+        return []
+    calls = _calls(hits)
+    client = hits[0][0].async_client()
+    _same_connection(hits)
+    try:
+        results = await arun_many(client, calls)
+    except UNAVAILABLE_ERRORS as exc:
+        raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
+    return _decisions(hits, results)
