@@ -1,0 +1,44 @@
+-- lock_acquire: take every lock in KEYS (all or nothing) and issue one fencing token each.
+-- KEYS[1..n]    lock keys ("held"), all with the namespace's hash tag
+-- KEYS[n+1..2n] fencing counters of the same names, same hash tag
+-- ARGV[1] token (unique per acquisition), ARGV[2] lease in ms,
+-- ARGV[3] fencing counter TTL in ms, ARGV[4] owner metadata (JSON, informational)
+-- Returns {1, fence_1, ..., fence_n} (decimal strings) when every lock is now ours;
+--         {0, i, pttl} when KEYS[i] is held by another owner (pttl: its remaining lease).
+-- Safe to run twice (SPEC D4): a lock that already holds our token counts as ours, and
+-- its fencing token is returned again rather than a new one.
+-- Fencing (SPEC D2): fence = max(last + 1, server TIME in microseconds), so tokens keep
+-- rising after the counter expires or a failover loses the last increment.
+local n = #KEYS / 2
+local token = ARGV[1]
+local mine = token .. '|'
+local held = {}
+for i = 1, n do
+  local value = redis.call('GET', KEYS[i])
+  if value then
+    if string.sub(value, 1, #mine) ~= mine then
+      return {0, i, redis.call('PTTL', KEYS[i])}
+    end
+    held[i] = value
+  end
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {1}
+for i = 1, n do
+  local fence
+  if held[i] then
+    -- a re-sent acquire: keep the token already issued, renew the lease
+    local rest = string.sub(held[i], #mine + 1)
+    fence = string.sub(rest, 1, (string.find(rest, '|', 1, true) or (#rest + 1)) - 1)
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    redis.call('PEXPIRE', KEYS[n + i], ARGV[3])
+  else
+    local last = tonumber(redis.call('GET', KEYS[n + i]) or '0') or 0
+    fence = string.format('%.0f', math.max(last + 1, now_us))
+    redis.call('SET', KEYS[i], mine .. fence .. '|' .. ARGV[4], 'PX', ARGV[2])
+    redis.call('SET', KEYS[n + i], fence, 'PX', ARGV[3])
+  end
+  out[i + 1] = fence
+end
+return out
