@@ -13,6 +13,12 @@ Clients built from URLs use the top-level ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TI
 and retry a command at most once, and only after a *connection* error (a stale pooled
 socket after a server restart) — never after a timeout, because a timed-out Lua call
 may already have run (SPEC D4).
+
+Cluster clients re-send nothing themselves (redis-py's ``RedisCluster`` would re-send a
+timed-out command, pipelines included): they still follow ``MOVED``/``ASK`` and refresh the
+slot map after a connection error, and :mod:`.scripts` retries, with bounded back-off,
+only the calls the cluster *rejected before running them* (``TRYAGAIN`` during a slot
+migration, ``CLUSTERDOWN`` during a failover). See ``docs/scale.md``.
 """
 
 from __future__ import annotations
@@ -208,20 +214,25 @@ def _sentinel_master(parts: Any, options: dict[str, Any], asyncio_client: bool) 
 
 
 def _cluster(parts: Any, options: dict[str, Any], asyncio_client: bool) -> Any:
+    if parts.path.strip("/") not in ("", "0"):
+        raise ConfigurationError(
+            f"Redis Cluster has only database 0; remove {parts.path!r} from the "
+            "redis+cluster:// URL."
+        )
     creds = _credentials(parts.netloc)
+    # The cluster client's own retry loop would re-send a command after a TimeoutError
+    # (and re-send whole pipelines), so it gets zero retries: a timed-out script may have
+    # run (SPEC D4). Redirects (MOVED/ASK/TRYAGAIN) are not retries and are still followed.
+    kwargs = {k: v for k, v in options.items() if k not in ("retry", "retry_on_timeout")}
     if asyncio_client:
         from redis.asyncio.cluster import ClusterNode as AsyncNode
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+        from redis.asyncio.retry import Retry as AsyncRetry
 
         nodes: list[Any] = [AsyncNode(h, p) for h, p in _hosts(parts.netloc, 6379)]
-        return AsyncRedisCluster(startup_nodes=nodes, **creds, **_cluster_options(options))
+        return AsyncRedisCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0),
+                                 **creds, **kwargs)
     from redis.cluster import ClusterNode, RedisCluster
 
     nodes = [ClusterNode(h, p) for h, p in _hosts(parts.netloc, 6379)]
-    return RedisCluster(startup_nodes=nodes, **creds, **_cluster_options(options))
-
-
-def _cluster_options(options: dict[str, Any]) -> dict[str, Any]:
-    # RedisCluster keeps its own retry policy for MOVED/ASK redirects; a timeout is still
-    # never retried for us because retry_on_timeout stays False.
-    return {k: v for k, v in options.items() if k != "retry"}
+    return RedisCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **creds, **kwargs)

@@ -6,6 +6,7 @@ so ``except RedisPatternsError`` catches all of them and nothing else.
 
 from __future__ import annotations
 
+import redis.exceptions as _redis_exceptions
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -26,6 +27,15 @@ class ScriptError(RedisPatternsError):
 
 class BackendUnavailable(RedisPatternsError):
     """Redis could not be reached (or answered too slowly) for a decision that needs it."""
+
+
+class ClusterUnavailable(BackendUnavailable, _redis_exceptions.ClusterError):
+    """Redis Cluster kept rejecting a script (``TRYAGAIN`` while its slot migrates,
+    ``CLUSTERDOWN`` during a failover) past the retry deadline; the script did not run.
+
+    Also a ``redis.exceptions.ClusterError``, so code that maps Redis errors to its
+    failure policy (fail open, 503, ...) treats it like any other Redis outage.
+    """
 
 
 class MissingTTLError(RedisPatternsError, ValueError):
@@ -73,11 +83,29 @@ class IdempotencyError(RedisPatternsError):
 
 
 class IdempotencyConflict(IdempotencyError):
-    """A request with the same key is still being processed (HTTP 409)."""
+    """A request with the same key is still being processed (HTTP 409).
+
+    ``retry_after`` suggests when to try again (seconds); ``key_hash`` names the record.
+    """
+
+    def __init__(self, message: str = "a request with this key is in flight", *,
+                 retry_after: int = 1, key_hash: str = "") -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.key_hash = key_hash
 
 
 class IdempotencyKeyReused(IdempotencyError):
-    """The key was used before with a different request (HTTP 422)."""
+    """The key was used before with a different request (HTTP 422).
+
+    ``fields`` names what differs: any of ``"method"``, ``"path"``, ``"body"``.
+    """
+
+    def __init__(self, message: str = "idempotency key reused with a different request", *,
+                 fields: tuple[str, ...] = (), key_hash: str = "") -> None:
+        super().__init__(message)
+        self.fields = fields
+        self.key_hash = key_hash
 
 
 class InvalidIdempotencyKey(IdempotencyError):

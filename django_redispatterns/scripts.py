@@ -6,26 +6,87 @@ failover or ``SCRIPT FLUSH``) the same call is sent once as ``EVAL``, which both
 and caches the script. ``NOSCRIPT`` means the script did not run, so this fallback can
 never execute a script twice.
 
+On Redis Cluster a call can also be *rejected before it runs*: ``TRYAGAIN`` while the
+slot of its keys is being migrated (keys split between two nodes), ``CLUSTERDOWN`` while
+a failed master is being replaced. redis-py follows ``MOVED``/``ASK`` itself and gives up
+on ``TRYAGAIN`` after ~0.4 s; such rejected calls are re-sent here with jittered
+exponential back-off for up to :data:`REJECTION_RETRY_SECONDS`, then
+:class:`~django_redispatterns.exceptions.ClusterUnavailable` is raised. This is safe for
+every script, idempotent or not, because a rejected script never ran. Timeouts and
+connection errors are *not* retried here (the script may have run; SPEC D4).
+
 In an installed wheel the scripts live in ``django_redispatterns/lua/`` (force-included
 by the build); in a checkout or editable install they are read from ``<repo>/lua/``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
+import logging
+import random
+import time
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    NoScriptError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+from .exceptions import ClusterUnavailable
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable  # Python >= 3.11; only for typing
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
+
+logger = logging.getLogger("django_redispatterns.scripts")
+
+#: How long a script rejected by Redis Cluster (TRYAGAIN, CLUSTERDOWN) is re-sent.
+REJECTION_RETRY_SECONDS = 2.0
+
+
+def rejected_before_running(exc: BaseException) -> bool:
+    """True when Redis Cluster refused the call without running it (safe to re-send)."""
+    if isinstance(exc, (TryAgainError, ClusterDownError, SlotNotCoveredError)):
+        return True
+    # redis-py's "TTL exhausted": it followed MOVED/ASK/TRYAGAIN until it gave up.
+    return type(exc) is ClusterError
+
+
+class _Backoff:
+    """Jittered exponential back-off (20 ms doubling, capped at 500 ms) under a deadline.
+
+    Not busy polling: each wait follows a rejection from the server, and the total is
+    bounded by :data:`REJECTION_RETRY_SECONDS`.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.attempt = 0
+        self.deadline = time.monotonic() + REJECTION_RETRY_SECONDS
+
+    def delay(self, exc: BaseException) -> float:
+        """Seconds to wait before the next attempt; raises once the deadline would pass."""
+        delay = min(0.5, 0.02 * 2**self.attempt) * random.uniform(0.5, 1.0)
+        self.attempt += 1
+        if time.monotonic() + delay > self.deadline:
+            logger.warning("Redis Cluster kept rejecting script %s (%s); giving up",
+                           self.name, exc)
+            raise ClusterUnavailable(
+                f"Redis Cluster rejected script {self.name!r} for "
+                f"{REJECTION_RETRY_SECONDS:g}s ({exc}); it did not run. A slot migration "
+                "or failover is in progress."
+            ) from exc
+        return delay
 
 
 @functools.cache
@@ -59,7 +120,26 @@ class LuaScript:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 
     def __call__(self, client: Any, keys: Sequence[KeyT] = (), args: Sequence[ArgT] = ()) -> Any:
-        """Run the script in one round trip (two only right after the script cache was lost)."""
+        """Run the script in one round trip (two only right after the script cache was lost).
+
+        Calls Redis Cluster rejected before running them are re-sent (module docstring).
+        """
+        try:
+            return self._once(client, keys, args)
+        except Exception as exc:
+            if not rejected_before_running(exc):
+                raise
+            backoff = _Backoff(self.name)
+            while True:
+                time.sleep(backoff.delay(exc))
+                try:
+                    return self._once(client, keys, args)
+                except Exception as again:
+                    if not rejected_before_running(again):
+                        raise
+                    exc = again
+
+    def _once(self, client: Any, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -70,13 +150,31 @@ class LuaScript:
     ) -> Any:
         """Async twin of :meth:`__call__` for ``redis.asyncio`` clients."""
         try:
+            return await self._aonce(client, keys, args)
+        except Exception as exc:
+            if not rejected_before_running(exc):
+                raise
+            backoff = _Backoff(self.name)
+            while True:
+                await asyncio.sleep(backoff.delay(exc))
+                try:
+                    return await self._aonce(client, keys, args)
+                except Exception as again:
+                    if not rejected_before_running(again):
+                        raise
+                    exc = again
+
+    async def _aonce(self, client: Any, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
+        try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await client.eval(self.source, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, keys: Sequence[KeyT] = (), args: Sequence[ArgT] = ()) -> None:
         """Add an ``EVALSHA`` of this script to a pipeline (see :func:`run_many`)."""
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
+        # execute_command, not pipe.evalsha(): redis-py blocks the evalsha *method* on
+        # Cluster pipelines, yet routes a queued EVALSHA by its keys' slot correctly.
+        pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 @functools.cache
@@ -92,8 +190,9 @@ def run_many(client: Any, calls: Sequence[Call]) -> list[Any]:
     """Run several script calls in one round trip (a non-transactional pipeline).
 
     Returns one result per call, in order; a Redis error in a call is returned in its
-    slot (as an exception instance) rather than raised, except ``NOSCRIPT``, which is
-    retried for that call alone.
+    slot (as an exception instance) rather than raised, except ``NOSCRIPT`` and Cluster
+    rejections (``TRYAGAIN``...), which are retried for that call alone. On Redis Cluster
+    the pipeline is split per node by redis-py; each call's keys must share one slot.
     """
     if len(calls) == 1:
         lua, keys, args = calls[0]
@@ -103,9 +202,14 @@ def run_many(client: Any, calls: Sequence[Call]) -> list[Any]:
         lua.queue(pipe, keys, args)
     results = pipe.execute(raise_on_error=False)
     for i, result in enumerate(results):
-        if isinstance(result, NoScriptError):
+        if isinstance(result, NoScriptError) or (
+            isinstance(result, Exception) and rejected_before_running(result)
+        ):
             lua, keys, args = calls[i]
-            results[i] = lua(client, keys, args)
+            try:
+                results[i] = lua(client, keys, args)
+            except ClusterUnavailable as exc:
+                results[i] = exc
     return list(results)
 
 
@@ -119,7 +223,12 @@ async def arun_many(client: Any, calls: Sequence[Call]) -> list[Any]:
         lua.queue(pipe, keys, args)
     results = await pipe.execute(raise_on_error=False)
     for i, result in enumerate(results):
-        if isinstance(result, NoScriptError):
+        if isinstance(result, NoScriptError) or (
+            isinstance(result, Exception) and rejected_before_running(result)
+        ):
             lua, keys, args = calls[i]
-            results[i] = await lua.acall(client, keys, args)
+            try:
+                results[i] = await lua.acall(client, keys, args)
+            except ClusterUnavailable as exc:
+                results[i] = exc
     return list(results)

@@ -9,6 +9,9 @@ import redis
 
 from tests.redis_servers import SKIP_REASON, RedisServer, main_redis_url
 
+# Cluster and Sentinel fixtures (redis_cluster, cluster_settings, sentinel_factory, ...).
+pytest_plugins = ["tests.topology_fixtures"]
+
 # Every key the suite writes starts with one of these (see tests/settings.py).
 TEST_PREFIXES = ("rptest", ":1:rptest", "rptest-cache")
 

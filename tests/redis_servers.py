@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -68,8 +69,9 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **kwargs)
+    def client(self, **kwargs: Any) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 5)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def command_line(self) -> list[str]:
         return [
