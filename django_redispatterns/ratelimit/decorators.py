@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
+from ..exceptions import ConfigurationError
 from .engine import Rule, acheck, add_headers, check
-from .rates import DEFAULT_ALGORITHM
+from .rates import DEFAULT_ALGORITHM, parse_rate, validate_algorithm, validate_key, validate_methods
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -42,6 +43,14 @@ def ratelimit(
     the rate-limit headers and the view sees ``request.ratelimit`` (a ``Decision``).
     ``methods`` restricts the rule to some HTTP methods (default: all).
     """
+
+    # Fail at import time, naming the bad value, not on the first request.
+    parse_rate(rate)
+    validate_algorithm(algorithm)
+    validate_key(key)
+    validate_methods(methods)
+    if burst is not None and algorithm != "token_bucket":
+        raise ConfigurationError("burst= only applies to algorithm='token_bucket'.")
 
     def decorator(view: V) -> V:
         rule = Rule.build(

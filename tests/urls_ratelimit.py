@@ -1,0 +1,123 @@
+"""URLconf for the rate-limit tests: decorated sync/async views, plain views, DRF."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_redispatterns.contrib.drf import RedisRateThrottle
+from django_redispatterns.exceptions import RateLimited
+from django_redispatterns.ratelimit import ratelimit
+
+
+def _state(request: HttpRequest) -> JsonResponse:
+    decision = getattr(request, "ratelimit", None)
+    return JsonResponse({
+        "limited": getattr(request, "limited", False),
+        "remaining": None if decision is None else decision.remaining,
+    })
+
+
+@ratelimit("3/m", key="ip", algorithm="sliding_window", methods=["POST"])
+def login(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m")
+def fixed(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("1/m", algorithm="token_bucket", burst=2)
+def bucket(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m", key="user")
+def per_user(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m", key="header:X-Api-Key")
+def per_header(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m", key=lambda request: request.GET.get("tenant"))
+def per_callable(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("1/m", block=False)
+def soft(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("5/m", name="burst")
+@ratelimit("2/m", name="sustained")
+def stacked(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m", algorithm="sliding_window")
+async def async_view(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m", key="user_or_ip")
+async def async_user(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+def plain(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+async def async_plain(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+def custom_429(request: HttpRequest, exception: RateLimited) -> HttpResponse:
+    return HttpResponse(json.dumps({"custom": True, "retry": exception.retry_after > 0}),
+                        status=429, content_type="application/json")
+
+
+async def async_custom_429(request: HttpRequest, exception: RateLimited) -> HttpResponse:
+    return HttpResponse("slow down (async)", status=429)
+
+
+class Throttled(RedisRateThrottle):
+    scope = "tests"
+    key = "ip"
+
+
+class ThrottledView(APIView):
+    throttle_classes = [Throttled]
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    def get(self, request: Any) -> Response:
+        return Response({"ok": True})
+
+
+urlpatterns = [
+    path("login/", login),
+    path("fixed/", fixed),
+    path("bucket/", bucket),
+    path("user/", per_user),
+    path("header/", per_header),
+    path("callable/", per_callable),
+    path("soft/", soft),
+    path("stacked/", stacked),
+    path("async/", async_view),
+    path("async-user/", async_user),
+    path("plain/", plain),
+    path("api/plain/", plain),
+    path("async-plain/", async_plain),
+    path("drf/", ThrottledView.as_view()),
+]
