@@ -63,6 +63,9 @@ SCHEMA: dict[str, Any] = {
         "MAX_BODY_BYTES": ((int,), 1024 * 1024),
         # Lease of the in-flight claim; renewed while a long view runs.
         "LEASE": (_number, 30),
+        # Dotted path of a callable request -> str | None naming whom keys belong to
+        # (None: the authenticated user id, else the session key; no scope -> 400).
+        "SCOPE": (_optional_str, None),
     },
     "SESSIONS": {
         "CONNECTION": (_optional_str, None),

@@ -1,0 +1,195 @@
+"""Views for the idempotency tests, and the helpers the test modules share.
+
+Every view counts its runs in Redis (works across processes) so a test can tell how often a
+view really ran. Process workers live here (module level) so spawned children can import them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.template.response import TemplateResponse
+from django.test import Client
+from django.test.utils import override_settings
+from django.urls import path
+
+from django_redispatterns.idempotency import idempotent, idempotent_exempt
+from tests import settings as base
+
+COUNTER = "rptest:idem-test:runs:"  # one counter per view name (TTL set on every INCR)
+
+
+def runs(client: redis.Redis, name: str) -> int:
+    return int(client.get(COUNTER + name) or 0)
+
+
+def _count(name: str) -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    with client.pipeline() as pipe:
+        pipe.incr(COUNTER + name)
+        pipe.expire(COUNTER + name, 300)
+        pipe.execute()
+    client.close()
+
+
+def header_scope(request: HttpRequest) -> str | None:
+    """Tests name the caller in ``X-Test-User`` (no database needed in child processes)."""
+    return request.headers.get("X-Test-User")
+
+
+def _behave(request: HttpRequest, name: str) -> HttpResponse:
+    q = request.GET
+    if "raise" in q:
+        _count(name)
+        raise RuntimeError("the view failed")
+    _count(name)
+    status = int(q.get("status", 201))
+    body = {"view": name, "run": time.time_ns(), "got": request.body.decode("latin-1")}
+    response = JsonResponse(body, status=status)
+    response["Location"] = "/orders/42"
+    response["X-Custom"] = "kept"
+    response.set_cookie("sessionish", "secret-cookie")
+    return response
+
+
+def charge(request: HttpRequest) -> HttpResponse:
+    _count(request.GET.get("name", "charge") + ":start")
+    if "sleep" in request.GET:
+        time.sleep(float(request.GET["sleep"]))
+    return _behave(request, request.GET.get("name", "charge"))
+
+
+async def acharge(request: HttpRequest) -> HttpResponse:
+    _count(request.GET.get("name", "acharge") + ":start")
+    if "sleep" in request.GET:
+        await asyncio.sleep(float(request.GET["sleep"]))
+    # _count is sync I/O: fine in a test view.
+    return _behave(request, request.GET.get("name", "acharge"))
+
+
+def binary(request: HttpRequest) -> HttpResponse:
+    _count("binary")
+    body = bytes(range(256)) + b"\xff\xfe\x00\n\r" + str(time.time_ns()).encode()
+    return HttpResponse(body, status=202, content_type="application/octet-stream")
+
+
+def stream(request: HttpRequest) -> StreamingHttpResponse:
+    _count("stream")
+    return StreamingHttpResponse(iter([b"a", b"b", str(time.time_ns()).encode()]))
+
+
+def big(request: HttpRequest) -> HttpResponse:
+    _count("big")
+    return HttpResponse(b"x" * int(request.GET.get("n", 100)))
+
+
+@idempotent(required=True, ttl=7, methods=["POST", "PUT"], scope=header_scope)
+def decorated(request: HttpRequest) -> HttpResponse:
+    return charge(request)
+
+
+@idempotent(scope=header_scope)
+async def adecorated(request: HttpRequest) -> HttpResponse:
+    return await acharge(request)
+
+
+@idempotent(scope=header_scope)
+def templated(request: HttpRequest) -> TemplateResponse:
+    _count("templated")
+    from django.template import engines
+
+    template = engines["django"].from_string("rendered {{ n }}")
+    return TemplateResponse(request, template, {"n": time.time_ns()}, status=201)
+
+
+@idempotent_exempt
+def exempt(request: HttpRequest) -> HttpResponse:
+    _count("exempt")
+    return HttpResponse(json.dumps({"n": time.time_ns()}), status=201)
+
+
+urlpatterns = [
+    path("charge/", charge),
+    path("other/", charge),
+    path("acharge/", acharge),
+    path("binary/", binary),
+    path("stream/", stream),
+    path("big/", big),
+    path("decorated/", decorated),
+    path("adecorated/", adecorated),
+    path("templated/", templated),
+    path("exempt/", exempt),
+]
+
+
+# --- helpers for the test modules ------------------------------------------------------
+
+MIDDLEWARE = [*base.MIDDLEWARE, "django_redispatterns.middleware.IdempotencyMiddleware"]
+
+
+def patterns(**idempotency: Any) -> dict[str, Any]:
+    section = {"SCOPE": "tests.urls_idempotency.header_scope", **idempotency}
+    return {**base.REDIS_PATTERNS, "IDEMPOTENCY": section}
+
+
+def idem_settings(**idempotency: Any) -> override_settings:
+    """The test project with IdempotencyMiddleware last and the header-named caller scope."""
+    return override_settings(
+        ROOT_URLCONF="tests.urls_idempotency",
+        MIDDLEWARE=MIDDLEWARE,
+        REDIS_PATTERNS=patterns(**idempotency),
+    )
+
+
+def post(client: Client, url: str, key: str | None = "k1", user: str | None = "alice",
+         data: Any = None, content_type: str = "application/json", **extra: Any) -> Any:
+    headers = dict(extra.pop("headers", {}))
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    if user is not None:
+        headers["X-Test-User"] = user
+    method = extra.pop("method", "post")
+    body = data if data is not None else '{"amount": 100}'
+    return getattr(client, method)(url, body, content_type=content_type, headers=headers, **extra)
+
+
+def child_setup(redis_url: str) -> None:
+    """In a spawned process: talk to the parent's Redis, then start Django."""
+    os.environ["REDIS_URL"] = redis_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+
+
+def child_send(redis_url: str, url: str, key: str, barrier: Any, queue: Any,
+               count: int = 1, **idempotency: Any) -> None:
+    """Module-level process worker: wait at the barrier, send ``count`` identical requests."""
+    child_setup(redis_url)
+    with idem_settings(**idempotency):
+        client = Client()
+        barrier.wait(30)
+        statuses = []
+        for _ in range(count):
+            response = post(client, url, key=key)
+            statuses.append((response.status_code, response.get("Idempotent-Replayed")))
+        queue.put(statuses)
+
+
+def child_hold(redis_url: str, url: str, key: str, **idempotency: Any) -> None:
+    """Module-level process worker: send one (slow) request; the parent kills us mid-view."""
+    child_setup(redis_url)
+    with idem_settings(**idempotency):
+        post(Client(), url, key=key)
