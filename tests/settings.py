@@ -30,6 +30,14 @@ CACHES = {
         "TIMEOUT": 300,
         "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
     },
+    # The cache feature's backend (tests/test_cache*.py).
+    "patterns": {
+        "BACKEND": "django_redispatterns.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "rptest-cache",
+        "TIMEOUT": 300,
+        "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
+    },
 }
 
 REDIS_PATTERNS = {
