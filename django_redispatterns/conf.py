@@ -73,6 +73,8 @@ SCHEMA: dict[str, Any] = {
         "LOGOUT_ON_PASSWORD_CHANGE": ((bool,), False),
         # How SessionActivityMiddleware stores the client IP: "truncate", "hash" or "none".
         "IP_STORAGE": ((str,), "truncate"),
+        # Seconds between two activity writes (last_activity, ip, user agent) of one session.
+        "ACTIVITY_INTERVAL": (_number, 60),
     },
 }
 

@@ -1,0 +1,505 @@
+"""Redis session engine with a per-user index: ``SESSION_ENGINE = "django_redispatterns.sessions"``.
+
+Layout (see docs/sessions.md). A session key is ``<tag><secret>``: 32 hex digits of hash tag
+plus 32 random ``[a-z0-9]`` characters. The tag of a signed-in user's session is
+``identity_hash(user id)``; an anonymous session gets a random tag. Redis never sees the key
+itself, only ``sid = blake2b(key)``:
+
+* ``<prefix>:sess:{tag}:s:<sid>`` — a hash: ``d`` the signed data (Django's
+  ``SESSION_SERIALIZER``), ``c`` created, ``a`` last activity, ``ip``, ``ua``; TTL = expiry age;
+* ``<prefix>:sess:{tag}:u`` — the user's index, a sorted set ``sid -> expiry (ms)`` whose TTL is
+  the expiry of its longest-lived member.
+
+So ``load()`` finds the data from the cookie alone (one ``HMGET``), and ``save()`` updates the
+data and the index in one Lua call on one Cluster slot. A session whose user changes gets a new
+key (with the new user's tag) when it is saved.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import redis
+from django.contrib.auth import SESSION_KEY
+from django.contrib.sessions.backends.base import (
+    VALID_KEY_CHARS,
+    CreateError,
+    SessionBase,
+    UpdateError,
+)
+from django.core import signing
+from django.utils.crypto import get_random_string
+
+from . import connection, keys, scripts, signals
+from .conf import get_config
+from .exceptions import BackendUnavailable
+
+__all__ = [
+    "SessionInfo",
+    "SessionStore",
+    "logout_everywhere",
+    "revoke_session",
+    "session_handle",
+    "user_sessions",
+]
+
+logger = logging.getLogger("django_redispatterns.sessions")
+security_logger = logging.getLogger("django.security.SuspiciousSession")
+
+FEATURE = "sess"
+KEY_RE = re.compile(r"[0-9a-f]{32}[0-9a-z]{32}")
+HANDLE_RE = re.compile(r"[0-9a-f]{32}")
+USER_AGENT_MAX = 300
+REVOKE_BATCH = 500
+LIST_BATCH = 500
+
+# Errors that mean "Redis is not there": the request gets a 503, the cookie stays (SPEC D3).
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+)
+
+# (ip, user agent) of the request being served, set by SessionActivityMiddleware so that a
+# save() can record activity in the same round trip.
+current_activity: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "django_redispatterns_session_activity", default=None
+)
+
+
+# --- naming -----------------------------------------------------------------------------
+
+
+def session_handle(session_key: str) -> str:
+    """The opaque id under which a session is stored and listed (never the key itself).
+
+    Accepts a session key or a handle (returned unchanged), so callers can pass either.
+    """
+    if HANDLE_RE.fullmatch(session_key):
+        return session_key
+    return hashlib.blake2b(session_key.encode(), digest_size=16).hexdigest()
+
+
+def user_tag(user_id: str) -> str:
+    """The hash tag (and session-key prefix) of a user's sessions: a keyed hash of the id."""
+    return keys.identity_hash(user_id, purpose="sessions.user")
+
+
+def _data_key(tag: str, sid: str) -> str:
+    return keys.make_key(FEATURE, "s", sid, tag=tag)
+
+
+def _index_key(tag: str) -> str:
+    return keys.make_key(FEATURE, "u", tag=tag)
+
+
+def _keys_of(session_key: str) -> tuple[str, str, str]:
+    """(data key, index key, sid) of a well-formed session key."""
+    tag = session_key[:32]
+    sid = session_handle(session_key)
+    return _data_key(tag, sid), _index_key(tag), sid
+
+
+def _is_ours(session_key: str | None) -> bool:
+    return bool(session_key) and KEY_RE.fullmatch(session_key or "") is not None
+
+
+def _user_id_of(user: Any) -> str:
+    """The string Django stores under ``_auth_user_id`` for ``user`` (a user or a pk)."""
+    meta = getattr(user, "_meta", None)
+    if meta is not None:
+        return str(meta.pk.value_to_string(user))
+    if user is None or user == "":
+        raise ValueError("a user or a user id is required")
+    return str(user)
+
+
+def _client() -> Any:
+    return connection.get_client("SESSIONS")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ms_to_datetime(value: Any) -> datetime | None:
+    if value in (None, b"", ""):
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=timezone.utc)
+
+
+# --- the engine -------------------------------------------------------------------------
+
+
+class SessionStore(SessionBase):
+    """Django session engine on Redis, with a per-user index and no resurrection.
+
+    Guarantees beyond Django's contract: ``load()`` and ``save()`` are one round trip each;
+    a key this store did not issue is never adopted; a ``save()`` of a session deleted
+    meanwhile raises ``UpdateError`` instead of recreating it; when Redis is unreachable
+    ``load()`` raises :class:`~django_redispatterns.exceptions.BackendUnavailable` and keeps
+    the key, so the middleware never answers by deleting the cookie.
+    """
+
+    def __init__(self, session_key: str | None = None) -> None:
+        super().__init__(session_key)
+        self._created_ms: str | None = None
+        self._activity_ms: int | None = None
+        self.activity_recorded = False
+        self.backend_error: BaseException | None = None
+
+    # -- keys ------------------------------------------------------------------------
+
+    def _cached_user_id(self) -> str | None:
+        data = getattr(self, "_session_cache", None) or {}
+        user_id = data.get(SESSION_KEY)
+        return str(user_id) if user_id not in (None, "") else None
+
+    def _get_new_session_key(self) -> str:
+        # No exists() round trip: collisions are caught by the create script (CreateError).
+        user_id = self._cached_user_id()
+        tag = user_tag(user_id) if user_id is not None else secrets.token_hex(16)
+        return tag + get_random_string(32, VALID_KEY_CHARS)
+
+    def _unavailable(self, exc: BaseException, action: str) -> BackendUnavailable:
+        self.backend_error = exc
+        logger.error("session store unavailable during %s: %s", action, exc)
+        error = BackendUnavailable(f"session store unavailable during {action}: {exc}")
+        error.__cause__ = exc
+        return error
+
+    # -- SessionBase contract ----------------------------------------------------------
+
+    def load(self) -> dict[str, Any]:
+        key = self.session_key
+        if not _is_ours(key):
+            self._session_key = None
+            return {}
+        assert key is not None
+        data_key, _, sid = _keys_of(key)
+        try:
+            raw, created, activity = _client().hmget(data_key, ["d", "c", "a"])
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, "load") from exc
+        except redis.exceptions.ResponseError:
+            security_logger.warning("Session data corrupted (not a session hash): %s", sid[:12])
+            raw = None
+        if raw is None:
+            self._session_key = None
+            return {}
+        session = self._decode_or_none(raw)
+        if session is None:
+            # Corrupt or tampered data: start afresh under a new key, never reuse this one.
+            self._session_key = None
+            return {}
+        self._created_ms = _text(created) if created is not None else None
+        self._activity_ms = int(activity) if activity is not None else None
+        user_id = session.get(SESSION_KEY)
+        if user_id is not None and user_tag(str(user_id)) != key[:32]:
+            # Indexed under another tag (e.g. SECRET_KEY rotated): move it on the next save.
+            self.modified = True
+        return dict(session)
+
+    def _decode_or_none(self, raw: bytes) -> dict[str, Any] | None:
+        """Like ``decode()``, but tells corrupt data (None, logged) from an empty session."""
+        try:
+            session = signing.loads(raw.decode(), salt=self.key_salt, serializer=self.serializer)
+        except signing.BadSignature:
+            security_logger.warning("Session data corrupted")
+            return None
+        except Exception:  # undecodable bytes, a serializer error: Django returns {} too
+            security_logger.warning("Session data could not be decoded")
+            return None
+        if not isinstance(session, dict):
+            security_logger.warning("Session data is not a mapping")
+            return None
+        return session
+
+    def exists(self, session_key: str | None) -> bool:
+        if not _is_ours(session_key):
+            return False
+        assert session_key is not None
+        try:
+            return bool(_client().hexists(_keys_of(session_key)[0], "d"))
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, "exists") from exc
+        except redis.exceptions.ResponseError:
+            return False
+
+    def create(self) -> None:
+        for _ in range(100):  # a collision of 165 random bits is a bug, not bad luck
+            self._session_key = self._get_new_session_key()
+            try:
+                self.save(must_create=True)
+            except CreateError:
+                continue
+            self.modified = True
+            return
+        raise RuntimeError("Unable to create a new session key.")
+
+    def save(self, must_create: bool = False) -> None:
+        if self.session_key is None or (not must_create and not _is_ours(self.session_key)):
+            return self.create()
+        key = self.session_key
+        data = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
+        user_id = data.get(SESSION_KEY)
+        user_id = str(user_id) if user_id not in (None, "") else None
+        if user_id is not None and user_tag(user_id) != key[:32]:
+            if must_create:
+                self._session_key = self._get_new_session_key()
+                key = self.session_key
+            else:
+                return self._move(data, user_id)
+        if not self._run_save(key, data, user_id, create=must_create):
+            raise CreateError if must_create else UpdateError
+
+    def _run_save(self, key: str, data: dict[str, Any], user_id: str | None, *,
+                  create: bool) -> bool:
+        data_key, index_key, sid = _keys_of(key)
+        args = self._save_args(data, sid, user_id, create=create)
+        try:
+            return bool(scripts.script("session_save")(_client(), [data_key, index_key], args))
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, "save") from exc
+
+    def _save_args(self, data: dict[str, Any], sid: str, user_id: str | None, *,
+                   create: bool) -> list[str | int]:
+        ttl_ms = int(self.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
+        activity = self._activity_due(current_activity.get(), new=create)
+        args: list[str | int] = [
+            "c" if create else "u", self.encode(data), ttl_ms, sid,
+            "1" if user_id is not None else "0",
+            secrets.token_hex(8) if create else "",
+            self._created_ms or "",
+        ]
+        if activity is not None:
+            args += ["1", activity[0], activity[1]]
+            self.activity_recorded = True
+        else:
+            args += ["0", "", ""]
+        return args
+
+    def _move(self, data: dict[str, Any], user_id: str) -> None:
+        """Re-key a session whose user changed: the old key goes, a new one is created.
+
+        One pipeline: the old key is removed only if it still exists (else ``UpdateError``
+        and the new key is removed again — no resurrection).
+        """
+        old_key = self.session_key
+        assert old_key is not None
+        new_key = user_tag(user_id) + get_random_string(32, VALID_KEY_CHARS)
+        old_data, old_index, old_sid = _keys_of(old_key)
+        new_data, new_index, new_sid = _keys_of(new_key)
+        calls: list[scripts.Call] = [
+            (scripts.script("session_delete"), [old_data, old_index],
+             [old_sid, secrets.token_hex(8)]),
+            (scripts.script("session_save"), [new_data, new_index],
+             self._save_args(data, new_sid, user_id, create=True)),
+        ]
+        try:
+            moved, created = scripts.run_many(_client(), calls)
+            for result in (moved, created):
+                if isinstance(result, Exception):
+                    raise result
+            if not moved:
+                scripts.script("session_delete")(_client(), [new_data, new_index], [new_sid, ""])
+                raise UpdateError
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, "save") from exc
+        if not created:  # a collision of 165 random bits; try once more under another key
+            return self._move(data, user_id)
+        self._session_key = new_key
+
+    def delete(self, session_key: str | None = None) -> None:
+        if session_key is None:
+            if self.session_key is None:
+                return
+            session_key = self.session_key
+        if not _is_ours(session_key):
+            return
+        data_key, index_key, sid = _keys_of(session_key)
+        try:
+            scripts.script("session_delete")(_client(), [data_key, index_key], [sid, ""])
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, "delete") from exc
+
+    def cycle_key(self) -> None:
+        self._created_ms = None
+        self._activity_ms = None
+        super().cycle_key()
+
+    def flush(self) -> None:
+        self._created_ms = None
+        self._activity_ms = None
+        super().flush()
+
+    @classmethod
+    def clear_expired(cls) -> None:
+        """Nothing to do: Redis expires sessions and :func:`user_sessions` prunes indexes."""
+
+    # -- activity ----------------------------------------------------------------------
+
+    def _activity_due(self, activity: tuple[str, str] | None, *,
+                      new: bool) -> tuple[str, str] | None:
+        if activity is None or self.activity_recorded or self._cached_user_id() is None:
+            return None
+        if new or self._activity_ms is None:
+            return activity
+        interval = float(get_config().feature("SESSIONS")["ACTIVITY_INTERVAL"]) * 1000
+        return activity if time.time() * 1000 - self._activity_ms >= interval else None
+
+    def record_activity(self, activity: tuple[str, str]) -> bool:
+        """Write last activity, IP and user agent of a signed-in session if due.
+
+        Called by :class:`~django_redispatterns.middleware.SessionActivityMiddleware` after
+        the response, at most once per ``ACTIVITY_INTERVAL`` (and not at all when this
+        request's save already wrote them). Never recreates a deleted session; a Redis
+        error is logged, not raised. Returns True when written.
+        """
+        key = self.session_key
+        if not _is_ours(key) or getattr(self, "_session_cache", None) is None:
+            return False
+        due = self._activity_due(activity, new=False)
+        if due is None:
+            return False
+        assert key is not None
+        try:
+            done = scripts.script("session_touch")(_client(), [_keys_of(key)[0]], list(due))
+        except UNAVAILABLE as exc:
+            logger.warning("session activity not recorded: %s", exc)
+            return False
+        self.activity_recorded = True
+        return bool(done)
+
+
+# --- the per-user index ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One live session of a user, as :func:`user_sessions` lists it.
+
+    ``session_key`` is the session's opaque handle (a hash of the cookie value; the cookie
+    itself is never stored nor shown). Pass it to :func:`revoke_session` or as ``keep=``.
+    """
+
+    session_key: str
+    created: datetime | None
+    last_activity: datetime | None
+    ip: str
+    user_agent: str
+    expires: datetime | None
+    is_current: bool = False
+
+    @property
+    def handle(self) -> str:
+        return self.session_key
+
+
+def _members(client: Any, index_key: str) -> Iterator[list[str]]:
+    """The index's members in batches (ZSCAN: bounded work per call)."""
+    batch: list[str] = []
+    for member, _score in client.zscan_iter(index_key, count=LIST_BATCH):
+        batch.append(_text(member))
+        if len(batch) >= LIST_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def user_sessions(user: Any, *, current: str | None = None) -> list[SessionInfo]:
+    """The user's live sessions, most recently active first.
+
+    ``user`` is a user or its pk. ``current`` (a session key or handle) marks that session
+    ``is_current``. Index members whose session is gone (expired, deleted, evicted) are
+    pruned from the index on the way. Metadata (last activity, IP, user agent) is present
+    when :class:`~django_redispatterns.middleware.SessionActivityMiddleware` is installed.
+    """
+    tag = user_tag(_user_id_of(user))
+    index_key = _index_key(tag)
+    current_sid = session_handle(current) if current else None
+    client = _client()
+    infos: list[SessionInfo] = []
+    now_ms = time.time() * 1000
+    for batch in _members(client, index_key):
+        pipe = client.pipeline(transaction=False)
+        for sid in batch:
+            pipe.hmget(_data_key(tag, sid), ["c", "a", "ip", "ua", "d"])
+            pipe.pttl(_data_key(tag, sid))
+        replies = pipe.execute()
+        dead = []
+        for i, sid in enumerate(batch):
+            created, activity, ip, ua, data = replies[2 * i]
+            pttl = replies[2 * i + 1]
+            if data is None or pttl is None or pttl < 0:
+                dead.append(sid)
+                continue
+            infos.append(SessionInfo(
+                session_key=sid,
+                created=_ms_to_datetime(created),
+                last_activity=_ms_to_datetime(activity),
+                ip=_text(ip) if ip is not None else "",
+                user_agent=_text(ua) if ua is not None else "",
+                expires=_ms_to_datetime(int(now_ms + pttl)),
+                is_current=sid == current_sid,
+            ))
+        if dead:
+            client.zrem(index_key, *dead)
+    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
+    infos.sort(key=lambda s: s.last_activity or s.created or epoch, reverse=True)
+    return infos
+
+
+def logout_everywhere(user: Any, *, keep: str | None = None) -> int:
+    """Delete every session of ``user`` except ``keep``; return how many were deleted.
+
+    ``keep`` is a session key (e.g. ``request.session.session_key``) or a handle. Runs in
+    batches of 500 (one Lua call each), so a user with thousands of sessions never blocks
+    Redis. Every session that existed when the call started is gone when it returns.
+    Sends :data:`~django_redispatterns.signals.sessions_revoked`. Idempotent.
+    """
+    user_id = _user_id_of(user)
+    tag = user_tag(user_id)
+    index_key = _index_key(tag)
+    keep_sid = session_handle(keep) if keep else ""
+    revoke = scripts.script("session_revoke")
+    client = _client()
+    deleted = 0
+    batch: list[str] = []
+    while True:
+        result = revoke(client, [index_key, *(_data_key(tag, sid) for sid in batch)],
+                        [keep_sid, REVOKE_BATCH, *batch])
+        deleted += int(result[0])
+        batch = [_text(sid) for sid in result[1]]
+        if not batch:
+            break
+    logger.info("revoked %d session(s) of user %s", deleted, tag[:12])
+    signals.sessions_revoked.send(sender=SessionStore, user_id=user_id, count=deleted,
+                                  kept=keep_sid or None)
+    return deleted
+
+
+def revoke_session(user: Any, session_key: str) -> bool:
+    """Delete one session of ``user`` by key or handle; False if it is not theirs or gone.
+
+    A handle of another user's session never deletes it: the lookup is confined to
+    ``user``'s own index slot.
+    """
+    tag = user_tag(_user_id_of(user))
+    sid = session_handle(session_key)
+    deleted = scripts.script("session_delete")(
+        _client(), [_data_key(tag, sid), _index_key(tag)], [sid, ""]
+    )
+    if deleted:
+        signals.sessions_revoked.send(sender=SessionStore, user_id=_user_id_of(user), count=1,
+                                      kept=None)
+    return bool(deleted)

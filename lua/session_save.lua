@@ -1,0 +1,45 @@
+-- session_save: create or update one session and keep its user's index exact, atomically.
+-- KEYS[1]: session data (hash: d=data, c=created ms, a=last activity ms, ip, ua, n=create id).
+-- KEYS[2]: the user's index (zset sid -> expiry ms); same hash tag as KEYS[1].
+-- ARGV[1]: 'c' create (fails when the key exists) or 'u' update (fails when it does not);
+-- ARGV[2]: encoded session data; ARGV[3]: TTL in ms (<= 0: the session expires at once);
+-- ARGV[4]: sid (index member); ARGV[5]: '1' index it under KEYS[2], '0' remove it from there;
+-- ARGV[6]: create request id (SPEC D4: a re-sent create finds its own key and succeeds);
+-- ARGV[7]: created ms to keep ('' = now); ARGV[8]: '1' record activity with ARGV[9] ip, ARGV[10] ua.
+-- Returns 1 when saved, 0 when a create collided or an update found no live session
+-- (an update never recreates a session deleted meanwhile: no resurrection).
+local key, idx = KEYS[1], KEYS[2]
+local mode, ttl, sid = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+if mode == 'c' then
+  if redis.call('EXISTS', key) == 1 then
+    if redis.pcall('HGET', key, 'n') == ARGV[6] then return 1 end
+    return 0
+  end
+elseif redis.pcall('HEXISTS', key, 'd') ~= 1 then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ttl <= 0 then
+  redis.call('DEL', key)
+  redis.call('ZREM', idx, sid)
+  return 1
+end
+if mode == 'c' then
+  redis.call('HSET', key, 'd', ARGV[2], 'c', tonumber(ARGV[7]) or now, 'n', ARGV[6])
+else
+  redis.call('HSET', key, 'd', ARGV[2])
+end
+if ARGV[8] == '1' then
+  redis.call('HSET', key, 'a', now, 'ip', ARGV[9], 'ua', ARGV[10])
+end
+redis.call('PEXPIRE', key, ttl)
+if ARGV[5] == '1' then
+  redis.call('ZADD', idx, now + ttl, sid)
+  redis.call('ZREMRANGEBYSCORE', idx, '-inf', now)
+  local last = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', idx, last[2])
+else
+  redis.call('ZREM', idx, sid)
+end
+return 1
