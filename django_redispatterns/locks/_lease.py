@@ -249,6 +249,7 @@ class _Base:
                 logger.warning("lock %r: quorum member unavailable during acquire: %s",
                                self.label, exc)
                 replies.append(None)
+        self._require_quorum(token, replies)
         attempt = self._decide_quorum(replies, started)
         if attempt.ok:
             # Write the chosen tokens back: the next majority overlaps this one in at least
@@ -263,6 +264,14 @@ class _Base:
         if not attempt.ok:
             self._release_quietly(token)  # Redlock: undo the minority's holds at once
         return attempt
+
+    def _require_quorum(self, token: str, replies: list[Any]) -> None:
+        answered = sum(1 for r in replies if r is not None)
+        if answered < self._majority():
+            self._release_quietly(token)
+            raise self._unavailable(
+                "acquire", RuntimeError(f"only {answered} of {len(replies)} quorum members "
+                                        "answered"))
 
     def _majority(self) -> int:
         return len(self._connections()) // 2 + 1
@@ -542,6 +551,9 @@ class _Base:
             attempt.validity = self.ttl
             self._lease_ends = started + self.ttl
             return attempt
+        if sum(1 for r in replies if r is not None) < self._majority():
+            await self._arelease_quietly(token)
+            raise self._unavailable("acquire", RuntimeError("too few quorum members answered"))
         attempt = self._decide_quorum(replies, started)
         if attempt.ok:
             floor = scripts.script(_FENCE_FLOOR)
