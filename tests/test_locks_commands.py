@@ -75,7 +75,7 @@ def test_locked_command_waits_then_runs_after_the_first(redis_client: redis.Redi
 def test_locked_command_without_wait_fails_with_command_error(redis_client: redis.Redis,
                                                               redis_url: str) -> None:
     procs = start_both(redis_url, redis_client, "locked", "--sleep", "2")
-    (code1, _, err1), (code2, out2, err2) = (finish(p) for p in procs)
+    (code1, _, err1), (code2, _, err2) = (finish(p) for p in procs)
     assert code1 == 0, err1
     assert code2 == 1
     assert "CommandError" in err2 and "locktest-run" in err2 and "Traceback" not in err2
@@ -126,7 +126,7 @@ def test_locks_list_shows_owner_ttl_and_fencing_token(redis_client: redis.Redis)
         lines = out.getvalue().strip().splitlines()
         assert lines[0].split("\t") == ["name", "owner", "ttl_s", "fencing_token", "token"]
         rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
-        name, owner, ttl, fence, token = rows["nightly"]
+        _, owner, ttl, fence, token = rows["nightly"]
         assert "(nightly_report)" in owner and str(os.getpid()) in owner
         assert 0 < float(ttl) <= 20
         assert int(fence) == lock.fencing_token and token == lock.token
