@@ -69,6 +69,11 @@ async def async_view(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
 
+@ratelimit("2/m")
+async def async_fixed(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
 @ratelimit("2/m", key="user_or_ip")
 async def async_user(request: HttpRequest) -> HttpResponse:
     return _state(request)
@@ -116,6 +121,7 @@ urlpatterns = [
     path("stacked/", stacked),
     path("async/", async_view),
     path("async-user/", async_user),
+    path("async-fixed/", async_fixed),
     path("plain/", plain),
     path("api/plain/", plain),
     path("async-plain/", async_plain),
