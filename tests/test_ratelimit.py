@@ -304,3 +304,16 @@ def test_exact_across_processes(redis_url: str) -> None:
         results = pool.map(_process_worker, jobs)
     for i, algorithm in enumerate(ALGORITHMS):
         assert sum(results[i * 3:(i + 1) * 3]) == 23, algorithm
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_app_server_clock_cannot_change_decisions(algorithm: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """RL-04: limits' moving window and django-ratelimit take time from the app server; a
+    worker whose clock runs an hour ahead would see an empty window. Ours use Redis TIME."""
+    limiter = RateLimiter("3/m", algorithm=algorithm, group="clock")
+    assert limiter.hit("c").allowed
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert [limiter.hit("c").allowed for _ in range(3)] == [True, True, False]
+    assert limiter.peek("c").reset_after <= 60
