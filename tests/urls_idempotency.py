@@ -26,7 +26,6 @@ from django.test.utils import override_settings
 from django.urls import path
 
 from django_redispatterns.idempotency import idempotent, idempotent_exempt
-from tests import settings as base
 
 COUNTER = "rptest:idem-test:runs:"  # one counter per view name (TTL set on every INCR)
 
@@ -136,20 +135,21 @@ urlpatterns = [
 
 # --- helpers for the test modules ------------------------------------------------------
 
-MIDDLEWARE = [*base.MIDDLEWARE, "django_redispatterns.middleware.IdempotencyMiddleware"]
+# tests.settings is imported lazily: a spawned child must set REDIS_URL before it loads.
 
 
-def patterns(**idempotency: Any) -> dict[str, Any]:
+def idem_settings(top: dict[str, Any] | None = None, **idempotency: Any) -> override_settings:
+    """The test project with IdempotencyMiddleware last and the header-named caller scope.
+
+    ``idempotency`` overrides ``REDIS_PATTERNS['IDEMPOTENCY']``; ``top`` the top-level keys.
+    """
+    from tests import settings as base
+
     section = {"SCOPE": "tests.urls_idempotency.header_scope", **idempotency}
-    return {**base.REDIS_PATTERNS, "IDEMPOTENCY": section}
-
-
-def idem_settings(**idempotency: Any) -> override_settings:
-    """The test project with IdempotencyMiddleware last and the header-named caller scope."""
     return override_settings(
         ROOT_URLCONF="tests.urls_idempotency",
-        MIDDLEWARE=MIDDLEWARE,
-        REDIS_PATTERNS=patterns(**idempotency),
+        MIDDLEWARE=[*base.MIDDLEWARE, "django_redispatterns.middleware.IdempotencyMiddleware"],
+        REDIS_PATTERNS={**base.REDIS_PATTERNS, **(top or {}), "IDEMPOTENCY": section},
     )
 
 
