@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
@@ -465,13 +465,16 @@ def read_facts(client: Any, endpoint: str) -> ServerFacts:
     """Read version, role and eviction settings from a (non-cluster) client.
 
     Uses ``CONFIG GET maxmemory*`` and falls back to ``INFO`` field by field when CONFIG
-    is disabled, renamed or denied. Only reads; never writes. Raises redis errors from
-    ``INFO`` (an unreachable server) to the caller.
+    is disabled, renamed or denied; what neither reveals stays ``None``. Only reads; never
+    writes. Connection errors and timeouts (an unreachable server) reach the caller.
     """
     import redis
 
     facts = ServerFacts(endpoint)
-    info: Mapping[str, Any] = client.info()
+    try:
+        info: Mapping[str, Any] = client.info()
+    except redis.ResponseError:  # INFO denied by ACL: everything below is unknown
+        info = {}
     facts.run_id = _text(info.get("run_id"))
     facts.version = _text(info.get("redis_version"))
     facts.role = _text(info.get("role"))
@@ -528,6 +531,9 @@ class Target:
         parts = urlsplit(self.connection)
         if parts.scheme == "unix":
             return f"unix:{parts.path}"
+        hosts = parts.netloc.rsplit("@", 1)[-1]
+        if "," in hosts:  # Cluster / Sentinel: several host:port pairs
+            return f"{parts.scheme}://{hosts}"
         address = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
         return address if parts.scheme == "redis" else f"{parts.scheme}://{address}"
 
@@ -590,8 +596,9 @@ def collect_targets() -> list[Target]:
     def add(connection: str, role: str, options: Mapping[str, Any] | None = None,
             sentinels: Iterable[tuple[str, int]] = ()) -> None:
         parts = urlsplit(connection)
-        key = (parts.scheme, parts.hostname, parts.port, parts.path if parts.scheme == "unix"
-               else "", tuple(sorted(sentinels)))
+        # netloc, not hostname/port: Cluster and Sentinel URLs list several host:port pairs
+        key = (parts.scheme, parts.netloc.rsplit("@", 1)[-1].lower(),
+               parts.path if parts.scheme == "unix" else "", tuple(sorted(sentinels)))
         target = targets.get(key)
         if target is None:
             target = targets[key] = Target(connection, dict(options or {}), list(sentinels))
@@ -643,7 +650,7 @@ def _probe_client(url: str, options: Mapping[str, Any]) -> Any:
 
     kwargs = {k: v for k, v in options.items() if k != "db"}
     return redis.Redis.from_url(
-        url, db=0, socket_timeout=PROBE_TIMEOUT, socket_connect_timeout=PROBE_TIMEOUT,
+        _without_db(url), socket_timeout=PROBE_TIMEOUT, socket_connect_timeout=PROBE_TIMEOUT,
         retry=Retry(NoBackoff(), 0), single_connection_client=True, **kwargs,
     )
 
@@ -689,6 +696,15 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
         return [(f"{host}:{port} (master of {service!r})",
                  _factory(f"redis://{host}:{port}/0", options))]
     return [(target.endpoint, _factory(target.connection, target.options))]
+
+
+def _without_db(url: str) -> str:
+    """``url`` on database 0: settings are per instance, and a Cluster refuses SELECT."""
+    parts = urlsplit(url)
+    query = urlencode([(k, v) for k, values in parse_qs(parts.query).items() if k != "db"
+                       for v in values])
+    path = parts.path if parts.scheme == "unix" else "/0"
+    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
 
 
 def _factory(url: str, options: Mapping[str, Any]) -> Any:

@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redispatterns import connection as connections
 from django_redispatterns import scripts
-from django_redispatterns.checks import ServerFacts, read_facts
+from django_redispatterns.checks import read_facts
 from django_redispatterns.conf import get_config
 
 # Distinct no-TTL patterns tracked; the rest are counted together.
@@ -199,11 +199,11 @@ class Command(BaseCommand):
     def _audit_node(self, name: str, node: Any, report: Report, options: dict[str, Any]) -> None:
         import redis
 
+        facts = read_facts(node, name)
         try:
-            facts = read_facts(node, name)
-        except redis.ResponseError as exc:  # INFO itself denied: audit the keys anyway
-            facts = ServerFacts(name, error=str(exc))
-        total = node.dbsize()
+            total = node.dbsize()
+        except redis.ResponseError:  # denied by ACL: progress shows no percentage
+            total = 0
         server = {**facts.as_dict(), "keys": total, "scanned": 0}
         report.servers.append(server)
 

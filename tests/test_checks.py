@@ -1,0 +1,306 @@
+"""Static system checks: each fires on its bad setting, stays quiet on the good one.
+
+These read settings only; none of them may touch the network.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.core import checks as django_checks
+from django.core.management import call_command
+from django.test import override_settings
+from django_redis.cache import RedisCache as DjangoRedisCache
+
+from django_redispatterns import checks
+from django_redispatterns.checks import (
+    E001,
+    E006,
+    E008,
+    E010,
+    MESSAGES,
+    W001,
+    W002,
+    W003,
+)
+
+AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
+IDEM = "django_redispatterns.middleware.IdempotencyMiddleware"
+LIMIT = "django_redispatterns.middleware.RateLimitMiddleware"
+ACTIVITY = "django_redispatterns.middleware.SessionActivityMiddleware"
+OUR_ENGINE = "django_redispatterns.sessions"
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return [m.id for m in messages]
+
+
+def redis_cache(backend: str, **entry: Any) -> dict[str, Any]:
+    return {"default": {"BACKEND": backend, "LOCATION": UNREACHABLE, **entry}}
+
+
+# --- the message catalogue ---------------------------------------------------------------
+
+
+def test_every_message_has_a_unique_id_and_a_hint() -> None:
+    full = [f"redispatterns.{m.id}" for m in MESSAGES]
+    assert len(set(full)) == len(full)
+    for message in MESSAGES:
+        assert re.fullmatch(r"[EWI]\d{3}", message.id)
+        assert message.level.__name__[0] == message.id[0]
+        assert message.hint
+
+
+def test_every_check_id_is_documented_with_cause_and_fix() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "checks.md").read_text()
+    for message in MESSAGES:
+        assert f"`redispatterns.{message.id}`" in doc, f"{message.id} missing from docs/checks.md"
+
+
+# --- E001 / W001: caches without TTL -----------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", [
+    "django_redis.cache.RedisCache",
+    "django.core.cache.backends.redis.RedisCache",
+    "django_redispatterns.cache.RedisCache",
+])
+def test_redis_cache_with_timeout_none_is_an_error(backend: str) -> None:
+    with override_settings(CACHES=redis_cache(backend, TIMEOUT=None)):
+        assert checks.check_cache_ttls() == [E001(obj="CACHES['default']", alias="default")]
+    with override_settings(CACHES=redis_cache(backend, TIMEOUT=300)):
+        assert checks.check_cache_ttls() == []
+    with override_settings(CACHES=redis_cache(backend)):  # Django's default, 300 s
+        assert checks.check_cache_ttls() == []
+
+
+def test_allow_no_ttl_turns_the_error_into_a_warning() -> None:
+    caches = redis_cache("django_redispatterns.cache.RedisCache", TIMEOUT=None,
+                         OPTIONS={"ALLOW_NO_TTL": True})
+    with override_settings(CACHES=caches):
+        assert checks.check_cache_ttls() == [W001(obj="CACHES['default']", alias="default")]
+
+
+def test_non_redis_caches_are_not_our_business() -> None:
+    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                          "TIMEOUT": None}}
+    with override_settings(CACHES=caches):
+        assert checks.check_cache_ttls() == []
+
+
+class ProjectCache(DjangoRedisCache):
+    """A project's own subclass of django-redis is still Redis-backed."""
+
+
+def test_a_subclass_of_a_redis_backend_counts() -> None:
+    with override_settings(CACHES=redis_cache(f"{__name__}.ProjectCache", TIMEOUT=None)):
+        assert ids(checks.check_cache_ttls()) == ["redispatterns.E001"]
+
+
+# --- E002 / E003 / E004 / E010: REDIS_PATTERNS -------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "named"), [
+    ({"LOCKS": {"TLL": 3}}, "TLL"),
+    ({"KEY_PERFIX": "x"}, "KEY_PERFIX"),
+    ({"IDEMPOTENCY": {"TTL": "1d"}}, "['IDEMPOTENCY']['TTL']"),
+    ({"RATELIMIT": {"RULES": "100/m"}}, "['RATELIMIT']['RULES']"),
+    ("redis://localhost", "REDIS_PATTERNS"),
+])
+def test_malformed_redis_patterns_is_one_error_naming_the_key(raw: Any, named: str) -> None:
+    with override_settings(REDIS_PATTERNS=raw):
+        messages = checks.check_settings()
+    assert ids(messages) == ["redispatterns.E002"]
+    assert named in messages[0].msg
+    assert messages[0].level == django_checks.ERROR
+
+
+@pytest.mark.parametrize("rule", [
+    {"path": r"^/api/", "rate": "5/x"},
+    {"path": r"^/api/", "rate": "0/m"},
+    {"path": r"^/api/", "rate": "100 per minute"},
+    {"path": r"^/api/(", "rate": "5/m"},
+    {"path": r"^/api/", "rate": "5/m", "algorithm": "leaky"},
+    {"path": r"^/api/", "rate": "5/m", "key": "ip", "bogus": 1},
+])
+def test_bad_rate_limit_rules_are_an_error(rule: dict[str, Any]) -> None:
+    pytest.importorskip("django_redispatterns.ratelimit.rates")
+    with override_settings(REDIS_PATTERNS={"RATELIMIT": {"RULES": [rule]}}):
+        messages = checks.check_settings()
+    assert ids(messages) == ["redispatterns.E003"], messages
+    assert "RULES'][0]" in messages[0].msg
+
+
+def test_good_rate_limit_rules_are_quiet() -> None:
+    pytest.importorskip("django_redispatterns.ratelimit.rates")
+    rules = [{"path": r"^/api/", "rate": "100/m", "key": "ip"},
+             {"path": r"^/login", "rate": "5/10s", "key": "user_or_ip",
+              "algorithm": "sliding_window", "methods": ["POST"]}]
+    with override_settings(REDIS_PATTERNS={"RATELIMIT": {"RULES": rules}}):
+        assert checks.check_settings() == []
+
+
+@pytest.mark.parametrize(("connection", "caches", "why"), [
+    ("nope", None, "no such alias"),
+    ("default", redis_cache("django.core.cache.backends.redis.RedisCache"), "django-redis"),
+    ("default", {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "x"}},
+     "no Redis URL"),
+    ("memcached://127.0.0.1:11211", None, "unsupported URL scheme"),
+])
+def test_unusable_connection_is_an_error(connection: str, caches: Any, why: str) -> None:
+    extra = {"CACHES": caches} if caches else {}
+    with override_settings(REDIS_PATTERNS={"CONNECTION": connection}, **extra):
+        messages = checks.check_settings()
+    assert ids(messages) == ["redispatterns.E004"]
+    assert why in messages[0].msg
+
+
+def test_a_feature_connection_is_checked_too() -> None:
+    with override_settings(REDIS_PATTERNS={"LOCKS": {"CONNECTION": "missing"}}):
+        messages = checks.check_settings()
+    assert ids(messages) == ["redispatterns.E004"]
+    assert messages[0].msg.startswith(
+        "The LOCKS connection 'missing' cannot be used: no such alias in CACHES")
+
+
+@pytest.mark.parametrize("connection", [
+    "default", UNREACHABLE, "unix:///tmp/redis.sock?db=0", "rediss://h:6380/0",
+    "redis+sentinel://h:26379/mymaster/0", "redis+cluster://h:7000,h:7001",
+])
+def test_good_connections_are_quiet(connection: str) -> None:
+    with override_settings(REDIS_PATTERNS={"CONNECTION": connection}):
+        assert checks.check_settings() == []
+
+
+def test_cluster_url_with_a_database_is_an_error() -> None:
+    url = "redis+cluster://127.0.0.1:7000/2"
+    with override_settings(REDIS_PATTERNS={"CONNECTION": url}):
+        assert checks.check_settings() == [
+            E010(obj="REDIS_PATTERNS", what=f"The connection {url!r}", db=2)]
+
+
+# --- W002: pickling session serializer ---------------------------------------------------
+
+
+class PickleSessionSerializer:
+    def dumps(self, obj: Any) -> bytes:
+        return pickle.dumps(obj)
+
+    def loads(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+
+class InnocentlyNamedSerializer(PickleSessionSerializer):
+    pass
+
+
+@pytest.mark.parametrize("serializer", [
+    f"{__name__}.PickleSessionSerializer",
+    f"{__name__}.InnocentlyNamedSerializer",  # found by what it writes, not by its name
+    "django.contrib.sessions.serializers.PickleSerializer",  # removed in Django 5.0
+])
+def test_our_sessions_with_a_pickling_serializer_warn(serializer: str) -> None:
+    with override_settings(SESSION_ENGINE=OUR_ENGINE, SESSION_SERIALIZER=serializer):
+        assert checks.check_session_serializer() == [
+            W002(obj="SESSION_SERIALIZER", engine=OUR_ENGINE, serializer=serializer)]
+
+
+def test_json_sessions_and_other_engines_are_quiet() -> None:
+    with override_settings(SESSION_ENGINE=OUR_ENGINE,
+                           SESSION_SERIALIZER="django.core.signing.JSONSerializer"):
+        assert checks.check_session_serializer() == []
+    with override_settings(SESSION_ENGINE="django.contrib.sessions.backends.db",
+                           SESSION_SERIALIZER=f"{__name__}.PickleSessionSerializer"):
+        assert checks.check_session_serializer() == []
+
+
+# --- E006-E009, W003: middleware order ---------------------------------------------------
+
+
+class ProjectAuthMiddleware(AuthenticationMiddleware):
+    """A project's own subclass still provides request.user."""
+
+
+def order(*middleware: str, **extra: Any) -> list[str]:
+    with override_settings(MIDDLEWARE=list(middleware), **extra):
+        return ids(checks.check_middleware_order())
+
+
+def test_idempotency_before_authentication_is_an_error() -> None:
+    with override_settings(MIDDLEWARE=[SESSION, IDEM, AUTH]):
+        assert checks.check_middleware_order() == [E006(obj="MIDDLEWARE")]
+    assert order(SESSION, f"{__name__}.ProjectAuthMiddleware", IDEM) == []
+    assert order(SESSION, IDEM, f"{__name__}.ProjectAuthMiddleware") == ["redispatterns.E006"]
+    # The submodule path is the same class.
+    assert order(SESSION, "django_redispatterns.middleware.idempotency.IdempotencyMiddleware",
+                 AUTH) == ["redispatterns.E006"]
+
+
+def test_idempotency_before_sessions_is_an_error() -> None:
+    assert order(IDEM, SESSION, AUTH) == ["redispatterns.E006", "redispatterns.E007"]
+    assert order(SESSION, AUTH, IDEM) == []
+    assert order(IDEM) == []  # an API without sessions or auth middleware: nothing to order
+
+
+USER_RULES = {"RATELIMIT": {"RULES": [{"path": "^/api/", "rate": "5/m", "key": "user"}]}}
+
+
+def test_user_keyed_rate_limits_need_authentication_first() -> None:
+    with override_settings(MIDDLEWARE=[SESSION, LIMIT, AUTH], REDIS_PATTERNS=USER_RULES):
+        assert checks.check_middleware_order() == [
+            E008(obj="MIDDLEWARE", rules="#0 '^/api/'", where="before AuthenticationMiddleware")]
+    assert order(LIMIT, REDIS_PATTERNS=USER_RULES) == ["redispatterns.E008"]
+    assert order(SESSION, AUTH, LIMIT, REDIS_PATTERNS=USER_RULES) == []
+    ip_rules = {"RATELIMIT": {"RULES": [{"path": "^/api/", "rate": "5/m", "key": "ip"}]}}
+    assert order(LIMIT, SESSION, AUTH, REDIS_PATTERNS=ip_rules) == []
+
+
+def test_session_activity_needs_sessions_first_and_our_engine() -> None:
+    assert order(ACTIVITY, SESSION, AUTH, SESSION_ENGINE=OUR_ENGINE) == ["redispatterns.E009"]
+    assert order(SESSION, AUTH, ACTIVITY, SESSION_ENGINE=OUR_ENGINE) == []
+    db_engine = "django.contrib.sessions.backends.db"
+    with override_settings(MIDDLEWARE=[SESSION, ACTIVITY], SESSION_ENGINE=db_engine):
+        assert checks.check_middleware_order() == [W003(obj="MIDDLEWARE", engine=db_engine)]
+
+
+def test_unimportable_middleware_does_not_crash_the_check() -> None:
+    assert order("no.such.Middleware", SESSION, AUTH, IDEM) == []
+
+
+# --- through Django's framework ---------------------------------------------------------
+
+
+def test_checks_are_registered_and_silenceable() -> None:
+    with override_settings(CACHES=redis_cache("django_redis.cache.RedisCache", TIMEOUT=None)):
+        assert "redispatterns.E001" in ids(django_checks.run_checks(tags=["redispatterns"]))
+        with override_settings(SILENCED_SYSTEM_CHECKS=["redispatterns.E001"]):
+            messages = django_checks.run_checks(tags=["redispatterns"])
+            assert [m for m in messages if not m.is_silenced()] == []
+
+
+def test_static_checks_never_touch_the_network(redis_server_factory: Any) -> None:
+    server = redis_server_factory()
+    server.pause()  # any network call would hang until its timeout
+    caches = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url}}
+    started = time.monotonic()
+    with override_settings(CACHES=caches, SESSION_ENGINE=OUR_ENGINE,
+                           REDIS_PATTERNS={"LOCKS": {"TTL": 10}}):
+        messages = django_checks.run_checks(tags=["redispatterns"])
+    assert time.monotonic() - started < 1.0
+    assert messages == []
+
+
+def test_manage_py_check_reports_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from django.core.management.base import SystemCheckError
+
+    with (override_settings(CACHES=redis_cache("django_redis.cache.RedisCache", TIMEOUT=None)),
+          pytest.raises(SystemCheckError, match=r"redispatterns\.E001")):
+        call_command("check")
