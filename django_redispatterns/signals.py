@@ -15,7 +15,7 @@ ratelimit_blocked = Signal()
 # Idempotency: request, key_hash (str).
 idempotent_replayed = Signal()
 idempotency_conflict = Signal()  # a duplicate arrived while the first is in flight (409)
-idempotency_mismatch = Signal()  # the key was reused with another request (422)
+idempotency_mismatch = Signal()  # reused with another request (422); + fields (tuple[str, ...])
 
 # Locks: name (str), token (str), fencing_token (int | None).
 lock_acquired = Signal()
