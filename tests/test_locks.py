@@ -75,7 +75,7 @@ def lock_keys(client: redis.Redis) -> list[bytes]:
 def test_acquire_release_tokens_and_key_layout(redis_client: redis.Redis) -> None:
     first = Lock("report", ttl=5)
     assert first.acquire()
-    assert first.token and len(first.token) == 32
+    assert first.token and len(first.token) >= 33
     key = held_key("report")
     assert key == "rptest:lock:{locks}:held:report"
     assert redis_client.get(key).startswith(first.token.encode() + b"|")  # type: ignore[union-attr]

@@ -38,9 +38,18 @@ def runs(client: redis.Redis) -> list[list[str]]:
     return [e.decode().split() for e in client.lrange(RUNS_KEY, 0, -1)]
 
 
-def start_both(redis_url: str, client: redis.Redis, *args: str) -> list[subprocess.Popen[str]]:
-    """Start two runs; the second only once the first is inside its lock."""
-    first = manage(redis_url, "locktest_run", *args)
+RELEASE_KEY = "rptest:locktest:go"
+
+
+def start_both(redis_url: str, client: redis.Redis, *args: str,
+               hold: bool = False) -> list[subprocess.Popen[str]]:
+    """Start two runs; the second only once the first is inside its lock.
+
+    With ``hold`` the first keeps its lock until :func:`let_go` (the second has finished),
+    so a slow process start on a loaded machine cannot change the outcome.
+    """
+    extra = ("--hold-until", RELEASE_KEY) if hold else ()
+    first = manage(redis_url, "locktest_run", *args, *extra)
     deadline = time.monotonic() + 30
     while not runs(client) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -48,10 +57,16 @@ def start_both(redis_url: str, client: redis.Redis, *args: str) -> list[subproce
     return [first, manage(redis_url, "locktest_run", *args)]
 
 
+def let_go(client: redis.Redis) -> None:
+    client.set(RELEASE_KEY, 1, ex=60)
+
+
 def test_single_flight_command_from_two_processes(redis_client: redis.Redis,
                                                   redis_url: str) -> None:
-    procs = start_both(redis_url, redis_client, "single", "--sleep", "3")
-    (code1, out1, err1), (code2, out2, err2) = (finish(p) for p in procs)
+    procs = start_both(redis_url, redis_client, "single", "--sleep", "0", hold=True)
+    code2, out2, err2 = finish(procs[1])
+    let_go(redis_client)
+    code1, out1, err1 = finish(procs[0])
     assert code1 == 0 and "ran with fencing token" in out1, err1
     assert code2 == 0, err2  # skipped, yet exit status 0
     assert out2 == ""
@@ -74,8 +89,10 @@ def test_locked_command_waits_then_runs_after_the_first(redis_client: redis.Redi
 
 def test_locked_command_without_wait_fails_with_command_error(redis_client: redis.Redis,
                                                               redis_url: str) -> None:
-    procs = start_both(redis_url, redis_client, "locked", "--sleep", "2")
-    (code1, _, err1), (code2, _, err2) = (finish(p) for p in procs)
+    procs = start_both(redis_url, redis_client, "locked", "--sleep", "0", hold=True)
+    code2, _, err2 = finish(procs[1])
+    let_go(redis_client)
+    code1, _, err1 = finish(procs[0])
     assert code1 == 0, err1
     assert code2 == 1
     assert "CommandError" in err2 and "locktest-run" in err2 and "Traceback" not in err2

@@ -7,7 +7,7 @@ thread for every acquisition would cost about as much as the two Redis round tri
 acquire+release cycle; the pool keeps that cost off the hot path.
 
 Guarantee: after :meth:`Renewal.stop` returns, the lock is never renewed again (a renewal
-in flight is waited for), so no heartbeat outlives its lock.
+in flight is waited for), so no heartbeat outlives its lock; idle threads exit on their own.
 """
 
 from __future__ import annotations
@@ -26,28 +26,54 @@ class Renewal:
     def __init__(self, renew: Callable[[], bool], interval: float) -> None:
         self.renew = renew
         self.interval = interval
-        self._stop = threading.Event()
-        self._done = threading.Event()
+        self._wake = threading.Event()
+        self._state = threading.Condition()
+        self._stopped = False
+        self._renewing = False
+        self._finished = False
         self._thread: threading.Thread | None = None
+        self.worker: _Worker | None = None
 
     def run(self) -> None:
         self._thread = threading.current_thread()
         try:
-            while not self._stop.wait(self.interval):
-                if not self.renew():
+            while not self._wake.wait(self.interval):
+                with self._state:
+                    if self._stopped:
+                        return
+                    self._renewing = True
+                try:
+                    keep_going = self.renew()
+                finally:
+                    with self._state:
+                        self._renewing = False
+                        self._state.notify_all()
+                if not keep_going:
                     return
         finally:
-            self._done.set()
+            with self._state:
+                self._finished = True
 
     def stop(self) -> None:
-        """Stop renewing; returns once no renewal of this lease can run any more."""
-        self._stop.set()
-        if threading.current_thread() is not self._thread:  # a lost-lease receiver may call us
-            self._done.wait()
+        """Stop renewing; once this returns, no renewal of this lease starts or is running.
+
+        Does not wait for the worker thread to wake up (that would cost a thread switch on
+        every release): only a renewal already in flight is waited for.
+        """
+        with self._state:
+            self._stopped = True
+            if threading.current_thread() is not self._thread:  # a lost-lease receiver may call us
+                while self._renewing:
+                    self._state.wait()
+        self._wake.set()
+        if self.worker is not None:
+            _pool.give_back(self.worker, self)
 
     @property
     def running(self) -> bool:
-        return not self._done.is_set()
+        """True until stopped (or until the renewer gave up on a lost lease)."""
+        with self._state:
+            return not (self._stopped or self._finished)
 
 
 class _Worker(threading.Thread):
@@ -55,22 +81,22 @@ class _Worker(threading.Thread):
         super().__init__(name="django_redispatterns-lock-heartbeat", daemon=True)
         self.pool = pool
         self.jobs: queue.SimpleQueue[Renewal] = queue.SimpleQueue()
+        self.current: Renewal | None = None  # guarded by pool.mutex
 
     def run(self) -> None:
+        # Jobs run one after another: a stopped job ends at once (its wake event is set), so
+        # a worker handed back at stop() time can take the next lease right away.
         while True:
             try:
                 job = self.jobs.get(timeout=IDLE_SECONDS)
             except queue.Empty:
                 with self.pool.mutex:
-                    if self in self.pool.idle:  # nobody is about to hand us a job
+                    if self.current is None and self.jobs.empty():
                         self.pool.idle.remove(self)
                         return
                 continue
-            try:
-                job.run()
-            finally:
-                with self.pool.mutex:
-                    self.pool.idle.append(self)
+            job.run()
+            self.pool.give_back(self, job)  # the lease was lost: free for the next one
 
 
 class _Pool:
@@ -81,11 +107,19 @@ class _Pool:
     def start(self, renewal: Renewal) -> Renewal:
         with self.mutex:
             worker = self.idle.pop() if self.idle else None
-        if worker is None:
-            worker = _Worker(self)
-            worker.start()
+            if worker is None:
+                worker = _Worker(self)
+                worker.start()
+            worker.current = renewal
+        renewal.worker = worker
         worker.jobs.put(renewal)
         return renewal
+
+    def give_back(self, worker: _Worker, job: Renewal) -> None:
+        with self.mutex:
+            if worker.current is job:  # not already handed on to another lease
+                worker.current = None
+                self.idle.append(worker)
 
     def reset(self) -> None:
         # After fork() the child has none of the parent's threads.

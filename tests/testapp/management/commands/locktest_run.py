@@ -29,6 +29,11 @@ def record(event: str) -> None:
 def _work(command: BaseCommand, options: dict[str, Any]) -> None:
     record(f"start {time.time():.6f} {command.fencing_token}")  # type: ignore[attr-defined]
     time.sleep(options["sleep"])
+    if options["hold_until"]:  # hold the lock until the test says so (bounded)
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        deadline = time.monotonic() + 30
+        while not client.exists(options["hold_until"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
     record(f"end {time.time():.6f}")
     command.stdout.write(f"ran with fencing token {command.fencing_token}")  # type: ignore[attr-defined]
 
@@ -40,6 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("mode", choices=["single", "locked"])
         parser.add_argument("--sleep", type=float, default=1.0)
         parser.add_argument("--wait", type=float, default=0.0)
+        parser.add_argument("--hold-until", default="", help="a Redis key to wait for")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["mode"] == "single":
