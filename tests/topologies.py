@@ -63,6 +63,14 @@ def topology_skip_reason() -> str | None:
     return None
 
 
+def replicated(primary: RedisServer, replica: RedisServer) -> bool:
+    """True when ``replica`` has processed ``primary``'s whole replication stream so far."""
+    offset = primary.client(socket_timeout=2).info("replication")["master_repl_offset"]
+    repl = replica.client(socket_timeout=2).info("replication")
+    return bool(repl.get("master_link_status") == "up"
+                and int(repl.get("slave_repl_offset", -1)) >= int(offset))
+
+
 # --- Cluster ----------------------------------------------------------------------------
 
 
@@ -194,6 +202,18 @@ class ClusterTopology:
                 return str(primary[2], "ascii")
         raise LookupError(f"slot {slot} is not covered")
 
+    def replica_of(self, master: ClusterNode) -> ClusterNode:
+        for node in self.live_nodes():
+            repl = node.info("replication")
+            if repl["role"] == "slave" and int(repl["master_port"]) == master.port:
+                return node
+        raise LookupError(f"no replica of {master.port}")
+
+    def wait_replicated(self, master: ClusterNode, timeout: float = 10) -> None:
+        """Until ``master``'s replica has acknowledged every write made so far."""
+        replica = self.replica_of(master)
+        wait_for(lambda: replicated(master, replica), timeout, "the replica to catch up")
+
     def scan_keys(self, match: str = "*") -> list[bytes]:
         """Every key on every master (SCAN, per node)."""
         found: list[bytes] = []
@@ -308,6 +328,11 @@ class SentinelTopology:
     def replica(self) -> RedisServer:
         port = self.primary_port()
         return next(s for s in self.data if s.port != port)
+
+    def wait_replicated(self, timeout: float = 10) -> None:
+        """Until the replica has acknowledged every write made on the primary so far."""
+        primary, replica = self.primary(), self.replica()
+        wait_for(lambda: replicated(primary, replica), timeout, "the replica to catch up")
 
     def wait_healthy(self, timeout: float = 30) -> None:
         """Until every sentinel agrees on the primary, sees 2 other sentinels and an in-sync
