@@ -459,3 +459,67 @@ def test_signals_for_replay_conflict_and_mismatch(client: Client) -> None:
     assert all(len(h) == 32 for h in hashes) and len(hashes) == 2
     assert seen[2][1]["fields"] == ("body",)
     assert all("request" in kw for _, kw in seen)
+
+
+# --- forms behind CSRF, multipart, settings validation ----------------------------------------
+
+
+def test_multipart_form_behind_csrf_replays_even_with_a_new_boundary(
+    redis_client: redis.Redis,
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.test import override_settings
+    from django.test.client import encode_multipart
+
+    from tests import settings as base
+
+    secret = "a" * 32
+    middleware = [*base.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware",
+                  "django_redispatterns.middleware.IdempotencyMiddleware"]
+
+    def send(boundary: str, amount: str = "100") -> Any:
+        client = Client(enforce_csrf_checks=True)  # CSRF reads request.POST before us
+        client.cookies["csrftoken"] = secret
+        upload = SimpleUploadedFile("receipt.bin", b"\x00\xffbytes")
+        data = {"amount": amount, "csrfmiddlewaretoken": secret, "receipt": upload}
+        return client.post("/charge/", encode_multipart(boundary, data),
+                           content_type=f"multipart/form-data; boundary={boundary}",
+                           headers={"Idempotency-Key": "form-1", "X-Test-User": "alice",
+                                    "Referer": "http://testserver/"})
+
+    with idem_settings(), override_settings(MIDDLEWARE=middleware):
+        first = send("BoundaryOne")
+        again = send("BoundaryTwo")  # a browser re-submit picks a new boundary
+        changed = send("BoundaryThree", amount="999")
+    assert first.status_code == 201, first.content
+    assert again["Idempotent-Replayed"] == "true" and again.content == first.content
+    assert changed.status_code == 422
+    assert runs(redis_client, "charge") == 1
+
+
+@pytest.mark.parametrize(("section", "named"), [
+    ({"METHODS": ["POST", 1]}, "METHODS"),
+    ({"METHODS": ["PO ST"]}, "METHODS"),
+    ({"HEADER": "Idem Key"}, "HEADER"),
+    ({"MAX_BODY_BYTES": -1}, "MAX_BODY_BYTES"),
+])
+def test_bad_idempotency_settings_name_the_key(redis_client: redis.Redis,
+                                               section: dict[str, Any], named: str) -> None:
+    with idem_settings(**section), pytest.raises(ConfigurationError, match=named):
+        post(Client(), "/charge/")
+
+
+def test_decorator_rejects_a_non_positive_ttl() -> None:
+    from django_redispatterns.idempotency.http import options
+
+    with pytest.raises(ConfigurationError, match="ttl"):
+        options(ttl=0)
+
+
+def test_custom_header_name(redis_client: redis.Redis) -> None:
+    with idem_settings(HEADER="X-Request-Id"):
+        client = Client()
+        headers = {"X-Request-Id": "r1", "X-Test-User": "alice"}
+        client.post("/charge/", "{}", content_type="application/json", headers=headers)
+        again = client.post("/charge/", "{}", content_type="application/json", headers=headers)
+    assert again["Idempotent-Replayed"] == "true"

@@ -55,7 +55,9 @@ def _behave(request: HttpRequest, name: str) -> HttpResponse:
         raise RuntimeError("the view failed")
     _count(name)
     status = int(q.get("status", 201))
-    body = {"view": name, "run": time.time_ns(), "got": request.body.decode("latin-1")}
+    multipart = request.content_type.startswith("multipart/")
+    got = dict(request.POST) if multipart else request.body.decode("latin-1")
+    body = {"view": name, "run": time.time_ns(), "got": got}
     response = JsonResponse(body, status=status)
     response["Location"] = "/orders/42"
     response["X-Custom"] = "kept"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Collection
+import re
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from http.client import responses
 from importlib import import_module
@@ -20,6 +21,7 @@ from typing import Any, TypeVar, cast
 import redis
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http.request import RawPostDataException
 
 from .. import signals
 from ..conf import get_config
@@ -77,6 +79,7 @@ def _meta_name(header: str) -> str:
 @functools.cache
 def _options_for(config: Any) -> Options:
     section = config.feature("IDEMPOTENCY")
+    _validate(section)
     scope = section["SCOPE"]
     return Options(
         header=section["HEADER"],
@@ -89,6 +92,19 @@ def _options_for(config: Any) -> Options:
         scope=_import_scope(scope) if scope else None,
         store=IdempotencyStore(config.connection_for("IDEMPOTENCY")),
     )
+
+
+def _validate(section: Any) -> None:
+    where = "REDIS_PATTERNS['IDEMPOTENCY']"
+    methods = section["METHODS"]
+    if not all(isinstance(m, str) and m.isalpha() for m in methods):
+        raise ConfigurationError(f"{where}['METHODS'] must list HTTP method names, got "
+                                 f"{methods!r}.")
+    if not re.fullmatch(r"[A-Za-z0-9-]+", section["HEADER"]):
+        raise ConfigurationError(f"{where}['HEADER'] must be a header name, got "
+                                 f"{section['HEADER']!r}.")
+    if section["MAX_BODY_BYTES"] < 0:
+        raise ConfigurationError(f"{where}['MAX_BODY_BYTES'] must be >= 0.")
 
 
 def _import_scope(path: str) -> ScopeFunc:
@@ -189,10 +205,35 @@ def _session_scope(request: HttpRequest) -> str | None:
 
 
 def fingerprint(request: HttpRequest) -> Fingerprint:
-    return Fingerprint.of(
-        request.method or "", request.path, request.META.get("QUERY_STRING", ""),
-        request.META.get("CONTENT_TYPE", ""), request.body,
-    )
+    """Method, path + query, content type + body of ``request``.
+
+    Multipart bodies are fingerprinted as their parsed fields and files (names, sizes,
+    contents), without the boundary: a browser re-submitting a form picks a new boundary,
+    and a middleware that read ``request.POST`` first leaves no raw body to hash.
+    """
+    content_type = request.META.get("CONTENT_TYPE", "")
+    body: bytes | Iterator[bytes]
+    if content_type.lower().startswith("multipart/"):
+        content_type, body = content_type.split(";", 1)[0], _form_chunks(request)
+    else:
+        try:
+            body = request.body
+        except RawPostDataException:  # the stream was consumed by request.POST
+            body = _form_chunks(request)
+    return Fingerprint.of(request.method or "", request.path,
+                          request.META.get("QUERY_STRING", ""), content_type, body)
+
+
+def _form_chunks(request: HttpRequest) -> Iterator[bytes]:
+    for name in sorted(request.POST):
+        for value in request.POST.getlist(name):
+            yield b"field\0%s\0%s\0" % (name.encode(), value.encode())
+    for name in sorted(request.FILES):
+        for upload in request.FILES.getlist(name):
+            yield b"file\0%s\0%s\0%d\0" % (name.encode(), (upload.name or "").encode(),
+                                                upload.size or 0)
+            yield from upload.chunks()
+            upload.seek(0)
 
 
 # --- answers -----------------------------------------------------------------------------

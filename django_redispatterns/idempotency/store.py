@@ -51,12 +51,15 @@ class Fingerprint:
     body: str
 
     @classmethod
-    def of(cls, method: str, path: str, query: str, content_type: str, body: bytes) -> Fingerprint:
+    def of(cls, method: str, path: str, query: str, content_type: str,
+           body: bytes | Iterable[bytes]) -> Fingerprint:
+        """``body`` is the raw bytes, or chunks (e.g. a parsed multipart form) to hash in order."""
+        chunks = (body,) if isinstance(body, bytes) else body
         return cls(
             method=method.upper(),
             path=_digest(path.encode("utf-8", "surrogateescape"), b"\0",
                          query.encode("latin-1", "replace")),
-            body=_digest(content_type.encode("latin-1", "replace"), b"\0", body),
+            body=_digest(content_type.encode("latin-1", "replace"), b"\0", *chunks),
         )
 
     def encode(self) -> str:

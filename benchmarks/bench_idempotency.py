@@ -1,0 +1,138 @@
+"""Idempotency keys: per-request cost on a trivial POST, first request and replay.
+
+Contenders, each a full Django request through the test client (same process, same Redis):
+
+* **ours** — ``IdempotencyMiddleware`` (one ``EVALSHA`` to claim, one to store; a replay is
+  the claim call alone);
+* **django-idempotency-key 1.3.0** ("DIK") configured for several processes, as its docs
+  advise: ``CacheKeyStorage`` on the django-redis cache plus ``MultiProcessRedisLock``
+  (one global Redis lock around the lookup);
+* **bare view** — no idempotency at all: the floor both are measured against.
+
+Also prints Redis round trips per request (packets the client sends; a pipeline is one).
+DIK answers the replay with the stored response (``CONFLICT_STATUS_CODE: None``); note that
+it is not safe under concurrency (see docs/idempotency.md), so this compares cost only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test import Client
+from django.test.utils import override_settings
+from django.urls import path
+
+from benchmarks.harness import compare
+
+
+def _view(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"ok": True, "amount": 100}, status=201)
+
+
+def _scope(request: HttpRequest) -> str:
+    return "bench-user"
+
+
+try:  # django-idempotency-key is optional (the `bench` extra)
+    from idempotency_key.decorators import idempotency_key as _dik_decorator
+
+    _dik_view: Callable[..., Any] | None = _dik_decorator(_view)
+except ImportError:  # pragma: no cover
+    _dik_view = None
+
+urlpatterns = [path("pay/", _view)]
+if _dik_view is not None:
+    urlpatterns.append(path("dik/pay/", _dik_view))
+
+BASE_MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+OURS = [*BASE_MIDDLEWARE, "django_redispatterns.middleware.IdempotencyMiddleware"]
+DIK = [*BASE_MIDDLEWARE, "idempotency_key.middleware.IdempotencyKeyMiddleware"]
+
+
+def _client(middleware: list[str]) -> Client:
+    """A test client whose handler loaded ``middleware`` (kept after the override ends)."""
+    client = Client()
+    with override_settings(MIDDLEWARE=middleware):
+        client.get("/pay/")  # loads the middleware chain once
+    return client
+
+
+def _poster(client: Client, url: str, keys: Callable[[], str]) -> Callable[[], object]:
+    def send() -> object:
+        response = client.post(url, b'{"amount": 100}', content_type="application/json",
+                               headers={"Idempotency-Key": keys()})
+        assert response.status_code == 201, response.content
+        return response
+
+    return send
+
+
+def _round_trips_per_request(send: Callable[[], object], n: int = 200) -> float:
+    """Client-side count of packets sent to Redis (a pipeline counts once) per request."""
+    from redis.connection import AbstractConnection
+
+    original = AbstractConnection.send_packed_command
+    sent = 0
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        return original(self, *args, **kwargs)
+
+    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
+    try:
+        for _ in range(n):
+            send()
+    finally:
+        AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+    return sent / n
+
+
+def run() -> None:
+    redis_url = settings.REDIS_URL
+    overrides = override_settings(
+        ROOT_URLCONF="benchmarks.bench_idempotency",
+        REDIS_PATTERNS={**settings.REDIS_PATTERNS, "IDEMPOTENCY": {
+            "TTL": 120, "SCOPE": "benchmarks.bench_idempotency._scope"}},
+        IDEMPOTENCY_KEY={
+            "CONFLICT_STATUS_CODE": None,
+            "STORAGE": {"CLASS": "idempotency_key.storage.CacheKeyStorage",
+                        "CACHE_NAME": "default"},
+            "LOCK": {"CLASS": "idempotency_key.locks.redis.MultiProcessRedisLock",
+                     "LOCATION": redis_url, "TIMEOUT": 1.0, "TTL": 30},
+        },
+    )
+    with overrides:
+        ours, bare = _client(OURS), _client(BASE_MIDDLEWARE)
+        dik = _client(DIK) if _dik_view is not None else None
+        counter = itertools.count()
+
+        def fresh() -> str:
+            return f"bench-{next(counter)}"
+
+        def same() -> str:
+            return "bench-replay"
+
+        first = {"ours: IdempotencyMiddleware": _poster(ours, "/pay/", fresh)}
+        replay = {"ours: IdempotencyMiddleware": _poster(ours, "/pay/", same)}
+        if dik is not None:
+            first["django-idempotency-key 1.3.0 (Redis)"] = _poster(dik, "/dik/pay/", fresh)
+            replay["django-idempotency-key 1.3.0 (Redis)"] = _poster(dik, "/dik/pay/", same)
+        else:
+            print("django-idempotency-key not installed: comparing with the bare view only")
+        first["bare view (no idempotency)"] = _poster(bare, "/pay/", fresh)
+        replay["bare view (no idempotency)"] = _poster(bare, "/pay/", same)
+
+        compare("idempotency: trivial POST, first request (new key each time)", first,
+                ops=300, rounds=7, warmup=50)
+        compare("idempotency: trivial POST, replay of a stored response", replay,
+                ops=300, rounds=7, warmup=50)
+
+        print("\nRedis round trips per request (first / replay):")
+        for name in first:
+            print(f"  {name:<40} {_round_trips_per_request(first[name]):.1f} / "
+                  f"{_round_trips_per_request(replay[name]):.1f}")
