@@ -1,0 +1,72 @@
+"""``manage.py sessions list|revoke USER``: see and end a user's sessions (operators).
+
+USER is a username (``USERNAME_FIELD``) or a primary key. Sessions are shown by handle
+(a hash of the cookie), never by the cookie value itself.
+
+    manage.py sessions list alice
+    manage.py sessions revoke alice                      # every session
+    manage.py sessions revoke alice --keep HANDLE        # all but one
+    manage.py sessions revoke alice --session HANDLE     # just one
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...sessions import logout_everywhere, revoke_session, user_sessions
+
+
+def find_user(value: str) -> Any:
+    model = get_user_model()
+    found = model._default_manager.filter(**{model.USERNAME_FIELD: value}).first()
+    if found is None:
+        try:
+            found = model._default_manager.filter(pk=value).first()
+        except (ValueError, TypeError, ValidationError):
+            found = None
+    if found is None:
+        raise CommandError(f"no user with {model.USERNAME_FIELD} or pk {value!r}")
+    return found
+
+
+class Command(BaseCommand):
+    help = "List or revoke a user's sessions (Redis session engine with a per-user index)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        listing = sub.add_parser("list", help="show the user's live sessions")
+        listing.add_argument("user", help="username or primary key")
+        revoke = sub.add_parser("revoke", help="end the user's sessions")
+        revoke.add_argument("user", help="username or primary key")
+        which = revoke.add_mutually_exclusive_group()
+        which.add_argument("--keep", help="handle (or key) of a session to keep")
+        which.add_argument("--session", help="handle (or key) of the one session to end")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user = find_user(options["user"])
+        if options["action"] == "list":
+            self._list(user)
+        elif options["session"]:
+            if not revoke_session(user, options["session"]):
+                raise CommandError("no such live session for this user")
+            self.stdout.write("revoked 1 session")
+        else:
+            count = logout_everywhere(user, keep=options["keep"])
+            self.stdout.write(f"revoked {count} session{'s' if count != 1 else ''}")
+
+    def _list(self, user: Any) -> None:
+        sessions = user_sessions(user)
+        self.stdout.write(f"{len(sessions)} live session(s) of {user.get_username()}")
+        for s in sessions:
+            self.stdout.write(
+                f"{s.session_key}  created {_iso(s.created)}  active {_iso(s.last_activity)}  "
+                f"expires {_iso(s.expires)}  ip {s.ip or '-'}  {s.user_agent or '-'}"
+            )
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else "-"
