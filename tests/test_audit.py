@@ -25,18 +25,34 @@ WITHOUT_TTL = 10_000
 Factory = Callable[..., RedisServer]
 
 
+_FILL = """
+for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  if ARGV[3] == 'ttl' then
+    redis.call('SET', string.format('app:session:%08x%08x', i, i), 's', 'EX', 3600)
+  else
+    redis.call('SET', 'legacy:user:' .. i, 'u')
+  end
+end
+"""
+
+
 def populate(client: redis.Redis, with_ttl: int = 1000, without_ttl: int = 100) -> int:
-    """Keys of a typical app: sessions and cache entries with TTLs, a legacy family without."""
-    pipe = client.pipeline(transaction=False)
-    for i in range(with_ttl):
-        pipe.set(f"app:session:{i:08x}{i:08x}", "s", ex=3600)
-        if len(pipe) >= 5000:
-            pipe.execute()
-    for i in range(without_ttl):
-        pipe.set(f"legacy:user:{i}", "u")
-        if len(pipe) >= 5000:
-            pipe.execute()
-    pipe.execute()
+    """Keys of a typical app: sessions and cache entries with TTLs, a legacy family without.
+
+    Written server-side in chunks (test set-up only), which is many times faster than
+    sending 100,000 SETs from Python.
+    """
+    try:
+        for count, kind in ((with_ttl, "ttl"), (without_ttl, "eternal")):
+            for start in range(0, count, 10_000):
+                client.eval(_FILL, 0, start, min(start + 10_000, count) - 1, kind)
+    except redis.ResponseError:  # scripting disabled on this server: the slow way
+        pipe = client.pipeline(transaction=False)
+        for i in range(with_ttl):
+            pipe.set(f"app:session:{i:08x}{i:08x}", "s", ex=3600)
+        for i in range(without_ttl):
+            pipe.set(f"legacy:user:{i}", "u")
+        pipe.execute()
     client.hset("legacy:big", mapping={f"field{i}": "x" * 100 for i in range(2000)})
     return with_ttl + without_ttl + 1
 
