@@ -288,14 +288,38 @@ def test_heartbeat_keeps_a_1s_lock_through_a_3s_body(redis_client: redis.Redis) 
 
 def test_heartbeat_threads_do_not_outlive_their_locks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_heartbeat, "IDLE_SECONDS", 0.2)
-    wait_until(lambda: _heartbeat.live_workers() == 0, 5)  # workers from earlier tests
-    locks = [Lock(f"pool-{i}", ttl=3) for i in range(3)]
+    wait_until(lambda: _heartbeat.live_workers() == 0, 5)  # threads from earlier tests
+    locks = [Lock(f"pool-{i}", ttl=0.3) for i in range(3)]
     for lock in locks:
         assert lock.acquire()
-    assert _heartbeat.live_workers() >= 3  # one dedicated thread per held lock
+    time.sleep(0.5)  # a few renewals each
+    assert _heartbeat.live_workers() >= 1
+    assert all(lock.owned() for lock in locks)
     for lock in locks:
         lock.release()
     assert wait_until(lambda: _heartbeat.live_workers() == 0, 5)
+
+
+def test_released_lock_is_never_renewed_again(redis_client: redis.Redis) -> None:
+    """Release waits for a renewal in flight; nothing extends the key afterwards."""
+    renewals = []
+    lock = Lock("renewed", ttl=0.15)
+    original = lock._renew
+
+    def slow_renew() -> bool:
+        renewals.append(time.monotonic())
+        time.sleep(0.05)  # a renewal in flight while release() runs
+        return original()
+
+    lock._renew = slow_renew  # type: ignore[method-assign]
+    assert lock.acquire()
+    time.sleep(0.2)
+    lock.release()
+    released_at = time.monotonic()
+    count = len(renewals)
+    time.sleep(0.3)
+    assert count >= 1 and len(renewals) == count
+    assert all(t < released_at for t in renewals)
 
 
 @pytest.mark.parametrize("steal", ["overwrite", "delete"])

@@ -1,142 +1,151 @@
-"""Keep leases alive: one dedicated (pooled) daemon thread per held sync lock.
+"""Keep sync leases alive: one scheduler thread, renewals run on a small thread pool.
 
-Each held lock with ``auto_renew`` gets a worker thread of its own for as long as it is
-held, so one slow renewal never delays another lock's. Workers are pooled: a released
-lock hands its thread back, and an idle worker exits after ``IDLE_SECONDS``. Starting a
-thread for every acquisition would cost about as much as the two Redis round trips of an
-acquire+release cycle; the pool keeps that cost off the hot path.
+Acquiring a lock only pushes an entry onto a heap (no thread start, usually no wake-up:
+the scheduler already sleeps until its earliest deadline), and releasing only marks it
+stopped. Handing every acquisition to a thread cost as much as the acquire+release round
+trips themselves; with the heap, a lock held for less than ``ttl/3`` costs no thread
+switch at all. Due renewals run on a pool of up to ``MAX_RENEWERS`` threads, so one slow
+Redis (or quorum member) does not hold up the renewals of other locks.
 
-Guarantee: after :meth:`Renewal.stop` returns, the lock is never renewed again (a renewal
-in flight is waited for), so no heartbeat outlives its lock; idle threads exit on their own.
+Guarantees:
+
+* after :meth:`Renewal.stop` returns, the lease is never renewed again (a renewal already
+  in flight is waited for), so no heartbeat outlives its lock;
+* with nothing left to renew, the scheduler and its pool exit after ``IDLE_SECONDS``;
+* after ``fork()`` the child starts with an empty scheduler of its own.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
-import queue
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 IDLE_SECONDS = 2.0
+MAX_RENEWERS = 16
+THREAD_NAME = "django_redispatterns-lock-heartbeat"
 
 
 class Renewal:
-    """One lease being renewed every ``interval`` seconds by ``renew`` (False = stop)."""
+    """One lease renewed every ``interval`` seconds by ``renew`` until it returns False."""
 
     def __init__(self, renew: Callable[[], bool], interval: float) -> None:
         self.renew = renew
         self.interval = interval
-        self._wake = threading.Event()
-        self._state = threading.Condition()
-        self._stopped = False
-        self._renewing = False
-        self._finished = False
-        self._thread: threading.Thread | None = None
-        self.worker: _Worker | None = None
-
-    def run(self) -> None:
-        self._thread = threading.current_thread()
-        try:
-            while not self._wake.wait(self.interval):
-                with self._state:
-                    if self._stopped:
-                        return
-                    self._renewing = True
-                try:
-                    keep_going = self.renew()
-                finally:
-                    with self._state:
-                        self._renewing = False
-                        self._state.notify_all()
-                if not keep_going:
-                    return
-        finally:
-            with self._state:
-                self._finished = True
+        self.stopped = False  # guarded by the scheduler's condition
+        self.renewing = False
+        self.finished = False
+        self.renewer: threading.Thread | None = None
 
     def stop(self) -> None:
-        """Stop renewing; once this returns, no renewal of this lease starts or is running.
-
-        Does not wait for the worker thread to wake up (that would cost a thread switch on
-        every release): only a renewal already in flight is waited for.
-        """
-        with self._state:
-            self._stopped = True
-            if threading.current_thread() is not self._thread:  # a lost-lease receiver may call us
-                while self._renewing:
-                    self._state.wait()
-        self._wake.set()
-        if self.worker is not None:
-            _pool.give_back(self.worker, self)
+        """Stop renewing; once this returns no renewal of this lease starts or is running."""
+        _scheduler.stop(self)
 
     @property
     def running(self) -> bool:
-        """True until stopped (or until the renewer gave up on a lost lease)."""
-        with self._state:
-            return not (self._stopped or self._finished)
+        """True until stopped, or until ``renew`` gave up (the lease was lost)."""
+        with _scheduler.cond:
+            return not (self.stopped or self.finished)
 
 
-class _Worker(threading.Thread):
-    def __init__(self, pool: _Pool) -> None:
-        super().__init__(name="django_redispatterns-lock-heartbeat", daemon=True)
-        self.pool = pool
-        self.jobs: queue.SimpleQueue[Renewal] = queue.SimpleQueue()
-        self.current: Renewal | None = None  # guarded by pool.mutex
-
-    def run(self) -> None:
-        # Jobs run one after another: a stopped job ends at once (its wake event is set), so
-        # a worker handed back at stop() time can take the next lease right away.
-        while True:
-            try:
-                job = self.jobs.get(timeout=IDLE_SECONDS)
-            except queue.Empty:
-                with self.pool.mutex:
-                    if self.current is None and self.jobs.empty():
-                        self.pool.idle.remove(self)
-                        return
-                continue
-            job.run()
-            self.pool.give_back(self, job)  # the lease was lost: free for the next one
-
-
-class _Pool:
+class _Scheduler:
     def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.idle: list[_Worker] = []
+        self.cond = threading.Condition()
+        self.heap: list[tuple[float, int, Renewal]] = []
+        self.seq = itertools.count()
+        self.thread: threading.Thread | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.wake_at = 0.0
+        self.in_flight = 0
 
-    def start(self, renewal: Renewal) -> Renewal:
-        with self.mutex:
-            worker = self.idle.pop() if self.idle else None
-            if worker is None:
-                worker = _Worker(self)
-                worker.start()
-            worker.current = renewal
-        renewal.worker = worker
-        worker.jobs.put(renewal)
-        return renewal
+    def add(self, renewal: Renewal) -> None:
+        due = time.monotonic() + renewal.interval
+        with self.cond:
+            while self.heap and self.heap[0][2].stopped:  # drop released leases cheaply
+                heapq.heappop(self.heap)
+            heapq.heappush(self.heap, (due, next(self.seq), renewal))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
+                self.thread.start()
+            elif due < self.wake_at:
+                self.cond.notify_all()
 
-    def give_back(self, worker: _Worker, job: Renewal) -> None:
-        with self.mutex:
-            if worker.current is job:  # not already handed on to another lease
-                worker.current = None
-                self.idle.append(worker)
+    def stop(self, renewal: Renewal) -> None:
+        with self.cond:
+            renewal.stopped = True
+            if threading.current_thread() is not renewal.renewer:  # a lost-lease receiver
+                while renewal.renewing:
+                    self.cond.wait()
+
+    def _loop(self) -> None:
+        idle_since: float | None = None
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                while self.heap and self.heap[0][2].stopped:
+                    heapq.heappop(self.heap)
+                if self.heap and self.heap[0][0] <= now:
+                    renewal = heapq.heappop(self.heap)[2]
+                    renewal.renewing = True
+                    self.in_flight += 1
+                    if self.pool is None:
+                        self.pool = ThreadPoolExecutor(MAX_RENEWERS, thread_name_prefix=THREAD_NAME)
+                    self.pool.submit(self._renew, renewal)
+                    continue
+                if self.heap or self.in_flight:
+                    idle_since = None
+                    timeout = self.heap[0][0] - now if self.heap else IDLE_SECONDS
+                else:
+                    idle_since = idle_since if idle_since is not None else now
+                    if now - idle_since >= IDLE_SECONDS:
+                        self.thread = None
+                        if self.pool is not None:
+                            self.pool.shutdown(wait=False)
+                            self.pool = None
+                        return
+                    timeout = IDLE_SECONDS - (now - idle_since)
+                self.wake_at = now + timeout
+                self.cond.wait(timeout)
+                self.wake_at = 0.0
+
+    def _renew(self, renewal: Renewal) -> None:
+        renewal.renewer = threading.current_thread()
+        keep = False
+        try:
+            keep = renewal.renew()
+        finally:
+            with self.cond:
+                renewal.renewing = False
+                renewal.renewer = None
+                self.in_flight -= 1
+                if keep and not renewal.stopped:
+                    heapq.heappush(self.heap, (time.monotonic() + renewal.interval,
+                                               next(self.seq), renewal))
+                elif not keep:
+                    renewal.finished = True
+                self.cond.notify_all()
 
     def reset(self) -> None:
         # After fork() the child has none of the parent's threads.
-        self.mutex = threading.Lock()
-        self.idle = []
+        self.__init__()  # type: ignore[misc]
 
 
-_pool = _Pool()
+_scheduler = _Scheduler()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_pool.reset)
+    os.register_at_fork(after_in_child=_scheduler.reset)
 
 
 def start(renew: Callable[[], bool], interval: float) -> Renewal:
-    """Renew a lease every ``interval`` seconds on a pooled daemon thread."""
-    return _pool.start(Renewal(renew, interval))
+    """Renew a lease every ``interval`` seconds until stopped or ``renew`` returns False."""
+    renewal = Renewal(renew, interval)
+    _scheduler.add(renewal)
+    return renewal
 
 
 def live_workers() -> int:
-    """Heartbeat threads alive in this process (busy or idle); for tests and debugging."""
-    return sum(1 for t in threading.enumerate() if isinstance(t, _Worker))
+    """Heartbeat threads alive in this process (scheduler and renewers); for tests."""
+    return sum(1 for t in threading.enumerate() if t.name.startswith(THREAD_NAME))
