@@ -1,0 +1,158 @@
+"""SPEC D3 for sessions: Redis down means 503 and the session cookie left alone.
+
+Each test runs the session engine on a throwaway redis-server that it kills or pauses,
+through Django's real ``SessionMiddleware`` and ``AuthenticationMiddleware``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+
+from django_redispatterns.sessions import user_sessions
+from tests import urls_sessions
+from tests.redis_servers import RedisServer
+
+MIDDLEWARE = [
+    "django_redispatterns.middleware.SessionActivityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+
+pytestmark = [pytest.mark.django_db, pytest.mark.topology, pytest.mark.urls("tests.urls_sessions")]
+
+
+@pytest.fixture
+def server(redis_server_factory: Callable[..., RedisServer]) -> Iterator[RedisServer]:
+    node = redis_server_factory()
+    config = {"CONNECTION": "default", "KEY_PREFIX": "rptest", "SOCKET_TIMEOUT": 0.5,
+              "SOCKET_CONNECT_TIMEOUT": 0.5, "SESSIONS": {"CONNECTION": node.url}}
+    with override_settings(SESSION_ENGINE="django_redispatterns.sessions",
+                           MIDDLEWARE=MIDDLEWARE, REDIS_PATTERNS=config):
+        yield node
+    urls_sessions.during_view.clear()
+    if node.process is not None and node.process.poll() is None:
+        node.resume()
+        client = node.client()
+        for key in client.scan_iter(match="rptest:*"):  # house rule I1 on this server too
+            assert client.pttl(key) > 0, key
+
+
+@pytest.fixture
+def alice() -> Any:
+    return get_user_model().objects.create_user(username="alice", password="pw")
+
+
+def signed_in() -> Client:
+    client = Client(raise_request_exception=False)
+    assert client.post("/login/", {"username": "alice", "password": "pw"}).status_code == 200
+    return client
+
+
+def assert_cookie_untouched(response: Any) -> None:
+    assert "sessionid" not in response.cookies, response.cookies.output()
+
+
+def test_redis_killed_answers_503_and_keeps_the_cookie(
+    server: RedisServer, alice: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = signed_in()
+    cookie = client.cookies["sessionid"].value
+    server.kill()
+    with caplog.at_level(logging.WARNING, logger="django_redispatterns.sessions"):
+        response = client.get("/whoami/")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json()["error"] == "session_store_unavailable"
+    assert_cookie_untouched(response)
+    assert client.cookies["sessionid"].value == cookie
+    assert "session store unavailable" in caplog.text
+
+
+def test_paused_redis_503_then_the_user_is_still_signed_in(
+    server: RedisServer, alice: Any
+) -> None:
+    client = signed_in()
+    server.pause()
+    started = time.monotonic()
+    response = client.get("/whoami/")
+    elapsed = time.monotonic() - started
+    server.resume()
+    assert response.status_code == 503
+    assert_cookie_untouched(response)
+    assert elapsed < 10  # bounded by SOCKET_TIMEOUT, not hanging
+    response = client.get("/whoami/")
+    assert response.status_code == 200
+    assert response.json()["user"] == "alice"  # no lost session
+
+
+def test_redis_dying_before_the_save_answers_503_and_keeps_the_cookie(
+    server: RedisServer, alice: Any
+) -> None:
+    client = signed_in()
+    urls_sessions.during_view.append(server.kill)  # after the load, before the save
+    response = client.get("/write/new-value/")
+    assert response.status_code == 503
+    assert_cookie_untouched(response)
+
+
+def test_login_during_an_outage_is_503(server: RedisServer, alice: Any) -> None:
+    client = Client(raise_request_exception=False)
+    client.get("/write/x/")  # an anonymous session with a cookie
+    server.kill()
+    response = client.post("/login/", {"username": "alice", "password": "pw"})
+    assert response.status_code == 503
+    assert_cookie_untouched(response)
+
+
+def test_anonymous_requests_without_a_cookie_never_touch_redis(
+    server: RedisServer, alice: Any
+) -> None:
+    server.kill()
+    response = Client().get("/whoami/")
+    assert response.status_code == 200
+    assert response.json()["user"] is None
+
+
+def test_without_the_middleware_it_is_a_500_but_the_cookie_still_stays(
+    server: RedisServer, alice: Any
+) -> None:
+    cookie = signed_in().cookies["sessionid"].value
+    server.kill()
+    with override_settings(MIDDLEWARE=MIDDLEWARE[1:]):
+        client = Client(raise_request_exception=False)  # a new handler: new middleware
+        client.cookies["sessionid"] = cookie
+        response = client.get("/whoami/")
+    assert response.status_code == 500
+    assert_cookie_untouched(response)
+
+
+def test_password_change_succeeds_when_redis_is_down(
+    server: RedisServer, alice: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with override_settings(REDIS_PATTERNS={
+        "CONNECTION": "default", "KEY_PREFIX": "rptest", "SOCKET_TIMEOUT": 0.5,
+        "SOCKET_CONNECT_TIMEOUT": 0.5,
+        "SESSIONS": {"CONNECTION": server.url, "LOGOUT_ON_PASSWORD_CHANGE": True},
+    }):
+        server.kill()
+        alice.set_password("new")
+        with caplog.at_level(logging.ERROR, logger="django_redispatterns.sessions"):
+            alice.save()
+    alice.refresh_from_db()
+    assert alice.check_password("new")
+    assert "not revoked" in caplog.text
+
+
+def test_listing_during_an_outage_raises_a_clear_error(server: RedisServer, alice: Any) -> None:
+    import redis
+
+    server.kill()
+    with pytest.raises(redis.ConnectionError):
+        user_sessions(alice)
