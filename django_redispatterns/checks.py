@@ -31,7 +31,7 @@ TAG = "redispatterns"
 
 # Seconds a deploy check waits for one server (connect, and each reply).
 PROBE_TIMEOUT = 2.0
-# Below this Redis version some features' commands are missing (GETEX, SET ... GET, ...).
+# The oldest Redis the app supports and is tested on (SPEC).
 MIN_VERSION = (6, 2, 0)
 # A noeviction instance this full starts refusing writes soon.
 HEADROOM_RATIO = 0.9
@@ -175,7 +175,8 @@ E011 = Message(
     Error, "E011",
     "Redis at {server} ({used_by}) is version {version}; django-redispatterns needs >= "
     f"{'.'.join(map(str, MIN_VERSION))}.",
-    "Upgrade Redis (or use Valkey). Older servers lack commands the features rely on.",
+    "Upgrade Redis (or use Valkey); 6.2 is the oldest version the app supports and is "
+    "tested on.",
 )
 I001 = Message(
     Info, "I001", "Redis at {server} ({used_by}) hides {names}; not checked.",
