@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
@@ -705,7 +705,8 @@ def _without_db(url: str) -> str:
     query = urlencode([(k, v) for k, values in parse_qs(parts.query).items() if k != "db"
                        for v in values])
     path = parts.path if parts.scheme == "unix" else "/0"
-    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+    # Built by hand: urlunsplit drops the "//" of "unix:///path", which redis-py needs.
+    return f"{parts.scheme}://{parts.netloc}{path}" + (f"?{query}" if query else "")
 
 
 def _factory(url: str, options: Mapping[str, Any]) -> Any:

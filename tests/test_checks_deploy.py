@@ -259,6 +259,15 @@ def test_a_replica_warns(redis_server_factory: Factory) -> None:
     assert ids(deploy(replica.url)) == ["W015"]
 
 
+def test_unix_socket_urls_work(redis_server_factory: Factory, tmp_path: Any) -> None:
+    socket = tmp_path / "redis.sock"
+    server = redis_server_factory("--unixsocket", str(socket))
+    messages = deploy(f"unix://{socket}?db=2", SESSION_ENGINE=OUR_ENGINE)
+    assert messages == [W011(server=f"unix:{socket}", used_by="cache 'default', sessions")]
+    server.client().config_set("maxmemory", "64mb")
+    assert deploy(f"unix://{socket}?db=2", SESSION_ENGINE=OUR_ENGINE) == []
+
+
 def test_one_instance_behind_two_urls_is_checked_once(redis_server_factory: Factory) -> None:
     server = redis_server_factory()
     caches = {"default": cache(f"redis://127.0.0.1:{server.port}/0"),
