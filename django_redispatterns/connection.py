@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import redis
 import redis.asyncio
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
@@ -90,7 +91,6 @@ def reset_clients() -> None:
 def is_cluster(client: Any) -> bool:
     """True for a Redis Cluster client (sync or asyncio)."""
     from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-    from redis.cluster import RedisCluster
 
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
@@ -133,7 +133,25 @@ def _build_sync(connection: str) -> Any:
 
 def _build_async(connection: str) -> Any:
     url = connection if _is_url(connection) else _cache_location(connection)
+    if not _is_url(connection):
+        url = _native_sentinel_url(connection, url)
     return _from_url(url, asyncio_client=True)
+
+
+def _native_sentinel_url(alias: str, location: str) -> str:
+    """django-redis's own Sentinel set-up (``OPTIONS["SENTINELS"]`` + ``redis://service/db``)
+    as our ``redis+sentinel://`` form, so asyncio clients find the primary too."""
+    from django.conf import settings
+
+    caches: dict[str, Any] = getattr(settings, "CACHES", {})
+    sentinels = (caches[alias].get("OPTIONS") or {}).get("SENTINELS")
+    if not sentinels:
+        return location
+    parts = urlsplit(location)
+    hosts = ",".join(f"{host}:{port}" for host, port in sentinels)
+    userinfo = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    db = parts.path.strip("/") or "0"
+    return f"{SENTINEL_SCHEME}://{userinfo}{hosts}/{parts.hostname}/{db}"
 
 
 def _timeouts() -> dict[str, Any]:
@@ -173,9 +191,10 @@ def _credentials(netloc: str) -> dict[str, Any]:
     return creds
 
 
-def _from_url(url: str, *, asyncio_client: bool) -> Any:
+def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None = None) -> Any:
     parts = urlsplit(url)
-    options = {**_timeouts(), "retry": _retry(asyncio_client), "retry_on_timeout": False}
+    options = {**(timeouts or _timeouts()), "retry": _retry(asyncio_client),
+               "retry_on_timeout": False}
     if parts.scheme == SENTINEL_SCHEME:
         return _sentinel_master(parts, options, asyncio_client)
     if parts.scheme == CLUSTER_SCHEME:
@@ -229,10 +248,77 @@ def _cluster(parts: Any, options: dict[str, Any], asyncio_client: bool) -> Any:
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
         from redis.asyncio.retry import Retry as AsyncRetry
 
+        class _AsyncCluster(AsyncRedisCluster):
+            async def mget(self, keys: Any, *args: Any) -> Any:  # see _SyncCluster
+                return await self.mget_nonatomic(keys, *args)
+
         nodes: list[Any] = [AsyncNode(h, p) for h, p in _hosts(parts.netloc, 6379)]
-        return AsyncRedisCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0),
-                                 **creds, **kwargs)
-    from redis.cluster import ClusterNode, RedisCluster
+        return _AsyncCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0),
+                             **creds, **kwargs)
+    from redis.cluster import ClusterNode
 
     nodes = [ClusterNode(h, p) for h, p in _hosts(parts.netloc, 6379)]
-    return RedisCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **creds, **kwargs)
+    return _SyncCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **creds, **kwargs)
+
+
+class _SyncCluster(RedisCluster):
+    """``RedisCluster`` whose ``MGET`` accepts keys of several slots (one ``MGET`` per
+    slot, not atomic across slots), as Django's ``cache.get_many()`` needs."""
+
+    def mget(self, keys: Any, *args: Any) -> Any:
+        return self.mget_nonatomic(keys, *args)
+
+
+# --- django-redis -------------------------------------------------------------------------
+
+
+class ConnectionFactory:
+    """A django-redis ``CONNECTION_FACTORY`` that also understands ``redis+cluster://`` and
+    ``redis+sentinel://`` locations (see ``docs/scale.md``)::
+
+        CACHES = {"default": {
+            "BACKEND": "django_redispatterns.cache.RedisCache",
+            # a list, so that django-redis does not split the URL at its commas
+            "LOCATION": ["redis+cluster://10.0.0.1:6379,10.0.0.2:6379"],
+            "OPTIONS": {"CONNECTION_FACTORY": "django_redispatterns.connection.ConnectionFactory",
+                        "SOCKET_TIMEOUT": 1, "SOCKET_CONNECT_TIMEOUT": 1},
+        }}
+
+    Plain ``redis://``/``rediss://``/``unix://`` locations go to django-redis's own
+    factory (pools, parser and every option unchanged). Cluster and Sentinel clients are
+    built like the ones ``REDIS_PATTERNS`` URLs give (no re-send after a timeout, SPEC D4)
+    and shared per process and location; ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT``
+    come from the cache's ``OPTIONS``, else from ``REDIS_PATTERNS``.
+    """
+
+    _shared: dict[tuple[Any, ...], Any] = {}
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+
+    def connect(self, url: str) -> Any:
+        scheme = urlsplit(url).scheme
+        if scheme not in (SENTINEL_SCHEME, CLUSTER_SCHEME):
+            from django_redis.pool import ConnectionFactory as DjangoRedisFactory
+
+            return DjangoRedisFactory(self.options).connect(url)
+        timeouts = _timeouts()
+        for option, name in (("SOCKET_TIMEOUT", "socket_timeout"),
+                             ("SOCKET_CONNECT_TIMEOUT", "socket_connect_timeout")):
+            if self.options.get(option) is not None:
+                timeouts[name] = self.options[option]
+        key = (url, tuple(sorted(timeouts.items())))
+        client = self._shared.get(key)
+        if client is None:
+            with _lock:
+                client = self._shared.get(key)
+                if client is None:
+                    client = self._shared[key] = _from_url(url, asyncio_client=False,
+                                                           timeouts=timeouts)
+        return client
+
+    def disconnect(self, connection: Any) -> None:
+        """Called by django-redis's ``close()`` (``CLOSE_CONNECTION``): shared Cluster and
+        Sentinel clients stay open; plain clients drop their pooled sockets."""
+        if not is_cluster(connection) and connection not in self._shared.values():
+            connection.connection_pool.disconnect()
