@@ -33,6 +33,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Above SessionMiddleware: device metadata, and 503 (cookie kept) when Redis is down.
+    "django_redispatterns.middleware.SessionActivityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -48,6 +50,9 @@ CACHES = {
         "KEY_PREFIX": "demo-cache",
     },
 }
+
+# Sessions in Redis with a per-user index ("your devices", log out everywhere).
+SESSION_ENGINE = "django_redispatterns.sessions"
 
 REDIS_PATTERNS = {
     "CONNECTION": "default",
