@@ -63,9 +63,15 @@ REVOKE_BATCH = 500
 LIST_BATCH = 500
 
 # Errors that mean "Redis is not there": the request gets a 503, the cookie stays (SPEC D3).
+# On Redis Cluster, CLUSTERDOWN / TRYAGAIN / "TTL exhausted" are ResponseErrors too: they
+# must not be mistaken for corrupt session data (that would log the user out).
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterError,  # ClusterDownError, MasterDownError, ClusterUnavailable
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,  # a demoted primary behind a plain URL
+    redis.exceptions.SlotNotCoveredError,
 )
 
 # (ip, user agent) of the request being served, set by SessionActivityMiddleware so that a

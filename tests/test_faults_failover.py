@@ -201,6 +201,73 @@ def test_cluster_failover_while_locks_are_held(
             pass
 
 
+def test_cluster_failover_under_session_and_rate_limit_traffic(
+    cluster_factory: Callable[..., ClusterTopology], http_app: None
+) -> None:
+    """FO-03 with HTTP traffic: while a master is down and the cluster reports
+    ``CLUSTERDOWN`` (every slot, every master), sessions answer 503 with the cookie kept
+    and never come back empty; rate limits fail open; all recover after the promotion."""
+    cluster = cluster_factory(masters=3, replicas=1)
+    with use_connection(cluster.url, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5):
+        browser = Client(REMOTE_ADDR="198.51.100.8", raise_request_exception=False)
+        assert browser.get("/sess/").json() == {"n": 1}
+        victim = cluster.masters()[0]
+        for master in cluster.masters():
+            cluster.wait_replicated(master)
+        victim.kill()
+        killed = time.monotonic()
+        last_n, statuses, worst, recovered = 1, [], 0.0, None
+        while time.monotonic() - killed < PROMOTION_DEADLINE + RECOVERY_DEADLINE:
+            rl, rl_time = timed(lambda: browser.get("/rl/"))
+            sess, sess_time = timed(lambda: browser.get("/sess/"))
+            worst = max(worst, rl_time, sess_time)
+            statuses.append(sess.status_code)
+            assert rl.status_code == 200, "rate limiting must fail open"
+            assert sess.status_code in (200, 503), sess.content
+            assert not session_cookie_deleted(sess), "the session cookie was deleted (F18)"
+            if sess.status_code == 200:
+                n = sess.json()["n"]
+                assert n == last_n + 1, f"session came back empty or stale: n={n}"
+                last_n = n
+                if 503 in statuses:
+                    recovered = time.monotonic()
+                    break
+            time.sleep(0.05)
+        assert worst < CALL_BOUND, f"a request took {worst:.1f}s"
+        assert 503 in statuses, "the outage was not observed (test would prove nothing)"
+        assert recovered is not None, f"no recovery: {statuses[-5:]}"
+
+
+def test_cluster_down_keeps_sessions_on_healthy_masters_signed_in(
+    cluster_factory: Callable[..., ClusterTopology], http_app: None
+) -> None:
+    """A master dies with no replica: once the others mark it failed, the whole cluster
+    answers ``CLUSTERDOWN`` — also for sessions on healthy masters. That must be a 503 with
+    the cookie kept, never an empty session (a silent logout, F18)."""
+    cluster = cluster_factory(masters=3)
+    with use_connection(cluster.url, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5):
+        browser = Client(REMOTE_ADDR="198.51.100.9", raise_request_exception=False)
+        assert browser.get("/sess/").json() == {"n": 1}
+        session_key = browser.cookies["sessionid"].value
+        home = cluster.master_for_key(
+            next(k for k in cluster.scan_keys("rptest:sess:*") if b":s:" in k))
+        victim = next(m for m in cluster.masters() if m.port != home.port)
+        victim.kill()
+        wait_for(lambda: home.cluster_info()["cluster_state"] == "fail", PROMOTION_DEADLINE,
+                 "the cluster to notice the lost master")
+        for _ in range(3):
+            response, took = timed(lambda: browser.get("/sess/"))
+            assert took < CALL_BOUND
+            assert response.status_code == 503, response.content
+            assert not session_cookie_deleted(response)
+        victim.start()
+        cluster.wait_healthy()
+        assert browser.cookies["sessionid"].value == session_key
+        wait_for(lambda: browser.get("/sess/").status_code == 200, RECOVERY_DEADLINE,
+                 "sessions to recover")
+        assert browser.get("/sess/").json()["n"] >= 3  # the session survived, not recreated
+
+
 def test_cluster_master_without_replica_fails_fast_and_recovers_on_restart(
     cluster_factory: Callable[..., ClusterTopology],
 ) -> None:
