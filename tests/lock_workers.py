@@ -31,3 +31,35 @@ def fence_worker(redis_url: str, start: Any, rounds: int) -> None:
             pipe.rpush(FENCE_LOG, lock.fencing_token)  # type: ignore[arg-type]
             pipe.pexpire(FENCE_LOG, 60_000)
             pipe.execute()
+
+
+FENCED_STORE = "rptest:locktest:store"
+# Test-only stand-in for a fenced database row: accept a write only with a higher token.
+FENCED_WRITE = """
+local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'by', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], 60000)
+return 1
+"""
+
+
+def paused_holder(redis_url: str, conn: Any, go: Any) -> None:
+    """Hold a 1 s lock, report the fencing token, then (after being paused) try to write."""
+    _setup(redis_url)
+    import redis
+
+    from django_redispatterns.exceptions import LockLost
+    from django_redispatterns.locks import Lock
+
+    client = redis.Redis.from_url(redis_url)
+    outcome = {"lost": False}
+    try:
+        with Lock("kleppmann", ttl=1) as lock:
+            conn.send(lock.fencing_token)
+            go.wait(30)
+            outcome["write"] = client.eval(FENCED_WRITE, 1, FENCED_STORE, lock.fencing_token,
+                                           "A")
+    except LockLost:
+        outcome["lost"] = True
+    conn.send(outcome)

@@ -575,3 +575,52 @@ def test_every_lock_and_fencing_key_has_a_ttl(redis_client: redis.Redis) -> None
     fences = lock_keys(redis_client)
     assert len(fences) == 3 and all(b":fence:" in k for k in fences)
     assert all(redis_client.pttl(k) > 29 * 24 * 3600 * 1000 for k in fences)
+
+
+def test_paused_process_holder_is_fenced_off(redis_client: redis.Redis, redis_url: str) -> None:
+    """Kleppmann's GC-pause scenario with a real SIGSTOP (RELIABILITY F14, L-05)."""
+    import signal
+
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    go = ctx.Event()
+    holder = ctx.Process(target=lock_workers.paused_holder, args=(redis_url, child_end, go))
+    holder.start()
+    try:
+        assert parent_end.poll(60)
+        fence_a = parent_end.recv()
+        os.kill(holder.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        try:
+            b = Lock("kleppmann", ttl=10, wait=5)
+            assert b.acquire()  # A's lease ran out while it was frozen
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        assert b.fencing_token > fence_a  # type: ignore[operator]
+        assert redis_client.eval(lock_workers.FENCED_WRITE, 1, lock_workers.FENCED_STORE,
+                                 b.fencing_token, "B") == 1
+        go.set()
+        assert parent_end.poll(30)
+        outcome = parent_end.recv()
+        assert outcome == {"lost": True, "write": 0}  # A's stale write refused, A told
+        assert b.owned()  # A's release left B's lock alone
+        assert redis_client.hget(lock_workers.FENCED_STORE, "by") == b"B"
+        b.release()
+    finally:
+        holder.join(30)
+
+
+def test_tokens_are_unique_and_reseeded_after_fork() -> None:
+    from django_redispatterns.locks._lease import new_token
+
+    tokens = {new_token() for _ in range(100_000)}
+    assert len(tokens) == 100_000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.write(write, new_token().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 200).decode()
+    mine = new_token()
+    assert child[:32] != mine[:32]  # a forked worker never repeats the parent's tokens
+    assert child not in tokens

@@ -114,29 +114,50 @@ def new_token() -> str:
 # A release in this process wakes this process's waiters at once; waiters in other
 # processes rely on the bounded, jittered back-off (they never spin on Redis).
 
-_wake = threading.Condition()
-_wake_generation = 0
-_waiters = 0
+class _Wakeups:
+    """Per-key wake-ups for waiters in this process: a release wakes one waiter of its key.
 
+    Waking one (not all) avoids a herd of attempts of which all but one must fail; the rest
+    keep their back-off timers, so a missed or wasted wake-up costs at most one back-off step.
+    """
 
-def _notify_release() -> None:
-    global _wake_generation
-    _wake_generation += 1  # a waiter between its attempt and its sleep then skips the sleep
-    if not _waiters:  # the common, uncontended case takes no lock
-        return
-    with _wake:
-        _wake.notify_all()
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.waiting: dict[str, list[Any]] = {}  # key -> [Condition, waiters, releases]
+        self.releases: dict[str, int] = {}
 
+    def generation(self, key: str) -> int:
+        return self.releases.get(key, 0)
 
-def _sleep_unless_released(seconds: float, generation: int) -> None:
-    global _waiters
-    with _wake:
-        _waiters += 1
+    def notify(self, keys: Sequence[str]) -> None:
+        if not self.waiting:  # the common, uncontended case takes no lock
+            return
+        with self.mutex:
+            for key in keys:
+                self.releases[key] = self.releases.get(key, 0) + 1
+                entry = self.waiting.get(key)
+                if entry is not None:
+                    with entry[0]:
+                        entry[0].notify()
+
+    def sleep(self, key: str, seconds: float, generation: int) -> None:
+        with self.mutex:
+            entry = self.waiting.setdefault(key, [threading.Condition(), 0])
+            entry[1] += 1
+            condition = entry[0]
         try:
-            if _wake_generation == generation:
-                _wake.wait(seconds)
+            with condition:
+                if self.releases.get(key, 0) == generation:
+                    condition.wait(seconds)
         finally:
-            _waiters -= 1
+            with self.mutex:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self.waiting[key]
+                    self.releases.pop(key, None)
+
+
+_wakeups = _Wakeups()
 
 
 # --- one attempt ------------------------------------------------------------------------
@@ -147,6 +168,7 @@ class _Attempt:
     ok: bool
     fences: list[int]
     holder_pttl: int = -1  # when not ok: the holder's remaining lease in ms (-1 unknown)
+    conflict: int = 0  # when not ok: 1-based index of the name someone else holds
     validity: float = 0.0  # when ok: seconds the lease is known to last from the start
 
 
@@ -159,7 +181,7 @@ _FENCE_FLOOR = "lock_fence_floor"
 def _parse_acquire(reply: Any) -> _Attempt:
     if int(reply[0]) == 1:
         return _Attempt(True, [int(f) for f in reply[1:]])
-    return _Attempt(False, [], holder_pttl=int(reply[2]))
+    return _Attempt(False, [], holder_pttl=int(reply[2]), conflict=int(reply[1]))
 
 
 class _Base:
@@ -404,7 +426,7 @@ class _Base:
         delay = _MIN_DELAY
         try:
             while True:
-                generation = _wake_generation
+                generations = [_wakeups.generation(k) for k in self._held_keys]
                 attempt = self._attempt(token)
                 if attempt.ok:
                     break
@@ -412,7 +434,9 @@ class _Base:
                 if remaining <= 0:
                     self.token = None
                     return False
-                _sleep_unless_released(self._backoff(attempt, delay, remaining), generation)
+                i = max(0, attempt.conflict - 1)
+                _wakeups.sleep(self._held_keys[i], self._backoff(attempt, delay, remaining),
+                               generations[i])
                 delay = min(delay * 2, _MAX_DELAY)
         except BaseException:
             self.token = None
@@ -433,10 +457,17 @@ class _Base:
         try:
             still = self._count(_EXTEND, [token, _ms(self.ttl)], "renew")
         except BackendUnavailable as exc:
+            return self._renewed(token, sent, 0, exc)
+        return self._renewed(token, sent, still, None)
+
+    def _renewed(self, token: str, sent: float, still: int,
+                 error: BackendUnavailable | None) -> bool:
+        """Book one heartbeat's outcome; False once the lease is known to be lost."""
+        if error is not None:
             signals.lock_renew_failed.send(type(self), name=self.label, token=token,
                                            fencing_token=self._fence_value())
             if time.monotonic() >= self._lease_ends:
-                self._mark_lost(f"could not renew it before the lease ran out ({exc})")
+                self._mark_lost(f"could not renew it before the lease ran out ({error})")
                 return False
             return True
         if still < len(self.names):
@@ -477,7 +508,10 @@ class _Base:
         if token is None:
             raise self._not_owned("extend")
         sent = time.monotonic()
-        if self._count(_EXTEND, [token, _ms(seconds)], "extend") < len(self.names):
+        self._after_extend(self._count(_EXTEND, [token, _ms(seconds)], "extend"), sent, seconds)
+
+    def _after_extend(self, extended: int, sent: float, seconds: float) -> None:
+        if extended < len(self.names):
             self._mark_lost("extend found the lease gone or taken over")
             raise self._not_owned("extend")
         self._lease_ends = sent + seconds
@@ -522,22 +556,33 @@ class _Base:
             released = self._count(_RELEASE, [token], "release")
         finally:
             self.token = None
-            _notify_release()
+            _wakeups.notify(self._held_keys)
+        self._after_release(released)
+
+    def _after_release(self, released: int) -> None:
         if released < len(self.names):
             self._mark_lost("release found the lease gone or taken over")
             raise self._not_owned("release")
 
     def _exit(self, exc: BaseException | None) -> None:
-        lost_before = self._lost_reason is not None
+        lost_before = self.lost
         try:
             self.release()
         except (LockNotOwned, BackendUnavailable) as release_error:
+            self._after_exit(exc, lost_before, release_error)
+            return
+        self._after_exit(exc, lost_before, None)
+
+    def _after_exit(self, exc: BaseException | None, lost_before: bool,
+                    release_error: Exception | None) -> None:
+        """What leaving a ``with`` block raises, given how the release went."""
+        if release_error is not None:
             if exc is not None:  # never mask the body's own exception
                 logger.error("lock %r: release after a failed block also failed: %s",
                              self.label, release_error)
                 return
             if isinstance(release_error, BackendUnavailable) and not lost_before:
-                raise
+                raise release_error
             raise self._lost_error() from release_error
         if lost_before and exc is None:
             raise self._lost_error()
@@ -647,9 +692,8 @@ class _Base:
         return True
 
     async def _aheartbeat(self) -> None:
-        interval = self.ttl / 3
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.ttl / 3)
             token = self.token
             if token is None:
                 return
@@ -657,16 +701,11 @@ class _Base:
             try:
                 still = await self._acount(_EXTEND, [token, _ms(self.ttl)], "renew")
             except BackendUnavailable as exc:
-                signals.lock_renew_failed.send(type(self), name=self.label, token=token,
-                                               fencing_token=self._fence_value())
-                if time.monotonic() >= self._lease_ends:
-                    self._mark_lost(f"could not renew it before the lease ran out ({exc})")
+                if not self._renewed(token, sent, 0, exc):
                     return
                 continue
-            if still < len(self.names):
-                self._mark_lost("the lease expired or another owner took it over")
+            if not self._renewed(token, sent, still, None):
                 return
-            self._lease_ends = sent + self.ttl
 
     async def _astop_heartbeat(self) -> None:
         task, self._task = self._task, None
@@ -682,10 +721,8 @@ class _Base:
         if token is None:
             raise self._not_owned("extend")
         sent = time.monotonic()
-        if await self._acount(_EXTEND, [token, _ms(seconds)], "extend") < len(self.names):
-            self._mark_lost("extend found the lease gone or taken over")
-            raise self._not_owned("extend")
-        self._lease_ends = sent + seconds
+        extended = await self._acount(_EXTEND, [token, _ms(seconds)], "extend")
+        self._after_extend(extended, sent, seconds)
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`."""
@@ -697,9 +734,7 @@ class _Base:
             released = await self._acount(_RELEASE, [token], "release")
         finally:
             self.token = None
-        if released < len(self.names):
-            self._mark_lost("release found the lease gone or taken over")
-            raise self._not_owned("release")
+        self._after_release(released)
 
     async def __aenter__(self) -> Any:
         if not await self.aacquire():
@@ -708,19 +743,13 @@ class _Base:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        lost_before = self._lost_reason is not None
+        lost_before = self.lost
         try:
             await self.arelease()
         except (LockNotOwned, BackendUnavailable) as release_error:
-            if exc is not None:
-                logger.error("lock %r: release after a failed block also failed: %s",
-                             self.label, release_error)
-                return
-            if isinstance(release_error, BackendUnavailable) and not lost_before:
-                raise
-            raise self._lost_error() from release_error
-        if lost_before and exc is None:
-            raise self._lost_error()
+            self._after_exit(exc, lost_before, release_error)
+            return
+        self._after_exit(exc, lost_before, None)
 
 
 class Lock(_Base):
