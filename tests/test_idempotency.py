@@ -432,6 +432,7 @@ def test_async_default_scope_uses_auser(redis_client: redis.Redis) -> None:
 # --- signals -----------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db  # closing a response sends request_finished
 def test_signals_for_replay_conflict_and_mismatch(client: Client) -> None:
     seen: list[tuple[str, dict[str, Any]]] = []
 
@@ -445,8 +446,9 @@ def test_signals_for_replay_conflict_and_mismatch(client: Client) -> None:
     signals.idempotency_conflict.connect(handlers["conflict"])
     signals.idempotency_mismatch.connect(handlers["mismatch"])
     try:
-        post(client, "/stream/")  # holds the claim until closed
+        held = post(client, "/stream/")  # holds the claim until closed
         post(client, "/stream/")
+        held.close()
         post(client, "/charge/", key="k2")
         post(client, "/charge/", key="k2")
         post(client, "/charge/", key="k2", data="{}")

@@ -193,3 +193,33 @@ def test_claim_lost_mid_view_is_logged_and_not_stored(
         assert "ended before the view finished" in caplog.text
         assert list(redis_client.scan_iter(match="rptest:idem:*")) == []
         assert post(Client(), "/charge/?sleep=0").status_code == 201
+
+
+def test_heartbeat_serves_async_views_too(redis_client: redis.Redis) -> None:
+    import asyncio
+
+    from django.test import AsyncClient
+
+    lease = 0.5
+
+    async def scenario() -> list[int]:
+        client = AsyncClient()
+        headers = {"Idempotency-Key": "async-long", "X-Test-User": "alice"}
+
+        async def send() -> Any:
+            return await client.post("/acharge/?sleep=1.6", "{}",
+                                     content_type="application/json", headers=headers)
+
+        first = asyncio.ensure_future(send())
+        statuses = []
+        for _ in range(2):  # at ~1.2x and ~2.4x the lease
+            await asyncio.sleep(lease * 1.2)
+            statuses.append((await send()).status_code)
+        statuses.append((await first).status_code)
+        statuses.append((await send()).status_code)
+        return statuses
+
+    with idem_settings(LEASE=lease):
+        statuses = asyncio.run(scenario())
+    assert statuses == [409, 409, 201, 201]
+    assert runs(redis_client, "acharge:start") == 1

@@ -110,14 +110,16 @@ def test_key_names_hold_no_raw_key_or_scope(store: IdempotencyStore,
         assert redis_client.pttl(name) > 0
 
 
+@pytest.mark.django_db  # closing a response sends request_finished
 def test_every_key_of_a_request_cycle_has_a_ttl(redis_client: redis.Redis) -> None:
     with idem_settings(TTL=120, LEASE=7):
         client = Client()
-        post(client, "/stream/", key="in-flight")  # left in flight (not closed)
+        held = post(client, "/stream/", key="in-flight")  # in flight until closed
         post(client, "/charge/", key="stored")
     seen = {}
     for name in redis_client.scan_iter(match="rptest:idem:*"):
         seen[name] = redis_client.pttl(name)
+    held.close()
     assert len(seen) == 2
     assert sorted(ttl > 7000 for ttl in seen.values()) == [False, True]
     assert all(ttl > 0 for ttl in seen.values())
@@ -160,7 +162,7 @@ def run(*args: str) -> str:
 
 def test_command_shows_and_deletes_a_record(store: IdempotencyStore) -> None:
     store.complete(claim_of(store, "user:42", "order-1"), RESPONSE, FP, ttl=60)
-    claim_of(store, "session:abc", "order-2")
+    heartbeat.unwatch(claim_of(store, "session:abc", "order-2"))  # held by "another process"
     shown = json.loads(run("show", "--user", "42", "order-1", "--body"))
     assert shown["state"] == "stored" and shown["status"] == 201
     assert shown["body"] == '{"ok": true}' and 0 < shown["ttl_seconds"] <= 60
