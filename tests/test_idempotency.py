@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -525,3 +527,38 @@ def test_custom_header_name(redis_client: redis.Redis) -> None:
         client.post("/charge/", "{}", content_type="application/json", headers=headers)
         again = client.post("/charge/", "{}", content_type="application/json", headers=headers)
     assert again["Idempotent-Replayed"] == "true"
+
+
+def test_default_ttl_is_a_day_not_300_seconds(client: Client, redis_client: redis.Redis) -> None:
+    # DIK stored records with the cache default (300 s here).
+    post(client, "/charge/")
+    [key] = record_keys(redis_client)
+    assert 86_000_000 < redis_client.pttl(key) <= 86_400_000
+
+
+def test_raw_keys_never_reach_the_logs(client: Client, redis_client: redis.Redis,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    secret = "raw-key-4f9c2e"
+    with caplog.at_level(logging.DEBUG, "django_redispatterns"):
+        held = threading.Thread(target=lambda: post(Client(), "/charge/?sleep=0.4", key=secret))
+        held.start()
+        deadline = time.monotonic() + 15
+        while runs(redis_client, "charge:start") == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert post(client, "/charge/?sleep=0.4", key=secret).status_code == 409
+        held.join(30)
+        assert post(client, "/charge/?sleep=0.4", key=secret, data="{}").status_code == 422
+    assert "conflict" in caplog.text and "reused" in caplog.text
+    assert secret not in caplog.text and "alice" not in caplog.text
+
+
+def test_body_over_djangos_upload_limit_is_400_and_takes_no_claim(
+    client: Client, redis_client: redis.Redis
+) -> None:
+    from django.test import override_settings
+
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000):
+        response = post(client, "/charge/", data='{"pad": "' + "x" * 2000 + '"}')
+    assert response.status_code == 400  # Django's RequestDataTooBig, as the view would get
+    assert record_keys(redis_client) == []
+    assert runs(redis_client, "charge:start") == 0
