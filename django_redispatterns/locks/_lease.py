@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -53,11 +54,21 @@ def name_part(name: str) -> str:
 
 
 def held_key(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    return keys.make_key("lock", "held", name_part(name), tag=namespace)
+    """The key holding the lease of ``name`` (token, fencing token, owner metadata)."""
+    return _keys(keys.prefix(), namespace, name)[0]
 
 
 def fence_key(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    return keys.make_key("lock", "fence", name_part(name), tag=namespace)
+    """The fencing counter of ``name``."""
+    return _keys(keys.prefix(), namespace, name)[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _keys(prefix: str, namespace: str, name: str) -> tuple[str, str]:
+    # Keyed on the prefix too, so a settings change (override_settings) is honoured.
+    part = name_part(name)
+    return (keys.make_key("lock", "held", part, tag=namespace),
+            keys.make_key("lock", "fence", part, tag=namespace))
 
 
 def _check_name(name: object) -> str:
@@ -206,12 +217,15 @@ class _Base:
         self.wait = _check_seconds("wait", wait, allow_zero=True)
         self.auto_renew = bool(auto_renew)
         self._fencing_ttl_ms = _ms(float(config["FENCING_TTL"]))
-        self._held_keys = [held_key(n, self.namespace) for n in self.names]
-        self._fence_keys = [fence_key(n, self.namespace) for n in self.names]
+        prefix = keys.prefix()
+        pairs = [_keys(prefix, self.namespace, n) for n in self.names]
+        self._held_keys = [held for held, _ in pairs]
+        self._fence_keys = [fence for _, fence in pairs]
         self._connection = connection
         self._quorum = list(config["QUORUM"] if quorum is None else quorum)
         self._owner = owner
         self._meta_head: str | None = None
+        self._sync_clients: list[Any] | None = None
         self.token: str | None = None
         self.fencing_tokens: dict[str, int] = {}
         self._lost_reason: str | None = None
@@ -259,7 +273,9 @@ class _Base:
         return [self._connection or get_config().connection_for("LOCKS")]
 
     def _clients(self) -> list[Any]:
-        return [connection.client_for(c) for c in self._connections()]
+        if self._sync_clients is None:
+            self._sync_clients = [connection.client_for(c) for c in self._connections()]
+        return self._sync_clients
 
     def _async_clients(self) -> list[Any]:
         return [connection.async_client_for(c) for c in self._connections()]
