@@ -518,6 +518,10 @@ def test_decorator_rejects_a_non_positive_ttl() -> None:
 
     with pytest.raises(ConfigurationError, match="ttl"):
         options(ttl=0)
+    from django_redispatterns.idempotency import idempotent
+
+    with pytest.raises(ConfigurationError, match="lease"):  # at import time, not per request
+        idempotent(lease=-1)
 
 
 def test_custom_header_name(redis_client: redis.Redis) -> None:

@@ -76,7 +76,7 @@ def _meta_name(header: str) -> str:
     return "HTTP_" + header.upper().replace("-", "_")
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)  # keyed by the Config object: settings changes make a new one
 def _options_for(config: Any) -> Options:
     section = config.feature("IDEMPOTENCY")
     _validate(section)
@@ -119,16 +119,29 @@ def _import_scope(path: str) -> ScopeFunc:
 
 def options(**overrides: Any) -> Options:
     """The settings in force now, with ``overrides`` (non-None values) applied."""
-    base = _options_for(get_config())
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if not given:
+    return _apply(_options_for(get_config()), _overrides(overrides))
+
+
+def _overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """Validated decorator arguments (None means "use the setting")."""
+    out = {k: v for k, v in given.items() if v is not None}
+    if "methods" in out:
+        out["methods"] = frozenset(m.upper() for m in out["methods"])
+    for name in ("ttl", "lease", "max_body_bytes"):
+        if name in out and not (isinstance(out[name], (int, float)) and out[name] > 0):
+            raise ConfigurationError(f"@idempotent({name}=...) must be > 0, got {out[name]!r}")
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _apply_cached(base: Options, items: tuple[tuple[str, Any], ...]) -> Options:
+    return replace(base, **dict(items))
+
+
+def _apply(base: Options, overrides: dict[str, Any]) -> Options:
+    if not overrides:
         return base
-    if "methods" in given:
-        given["methods"] = frozenset(m.upper() for m in given["methods"])
-    for name in ("ttl", "lease"):
-        if name in given and not given[name] > 0:
-            raise ConfigurationError(f"@idempotent({name}=...) must be > 0, got {given[name]!r}")
-    return replace(base, **given)
+    return _apply_cached(base, tuple(sorted(overrides.items())))
 
 
 # --- the key, the scope, the fingerprint --------------------------------------------------
@@ -504,14 +517,14 @@ def idempotent(
     else the session key). Usable bare (``@idempotent``) or with arguments. With the
     middleware installed as well, the decorator's settings win for this view.
     """
-    overrides = {"ttl": ttl, "required": required, "methods": methods, "lease": lease,
-                 "max_body_bytes": max_body_bytes, "scope": scope}
+    overrides = _overrides({"ttl": ttl, "required": required, "methods": methods,
+                            "lease": lease, "max_body_bytes": max_body_bytes, "scope": scope})
 
     def decorate(func: V) -> V:
         if iscoroutinefunction(func):
             @functools.wraps(func)
             async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                decision = await astart(request, options(**overrides))
+                decision = await astart(request, _apply(_options_for(get_config()), overrides))
                 if not isinstance(decision, Ticket):
                     return decision if decision is not None else await func(
                         request, *args, **kwargs)
@@ -527,7 +540,7 @@ def idempotent(
 
         @functools.wraps(func)
         def sync_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            decision = start(request, options(**overrides))
+            decision = start(request, _apply(_options_for(get_config()), overrides))
             if not isinstance(decision, Ticket):
                 return decision if decision is not None else func(request, *args, **kwargs)
             try:
