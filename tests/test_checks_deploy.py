@@ -322,3 +322,16 @@ def test_sentinel_url_checks_the_current_master(sentinel_url: str) -> None:
                       SESSION_ENGINE=OUR_ENGINE)
     assert "W010" not in ids(messages)
     assert all("master of" in m.msg for m in messages)
+
+
+def test_django_redis_sentinel_client_checks_the_master(redis_sentinel: Any,
+                                                        sentinel_url: str) -> None:
+    sentinels = [("127.0.0.1", s.port) for s in redis_sentinel.sentinels]
+    caches = {"default": cache(
+        f"redis://{redis_sentinel.service}/0",
+        OPTIONS={"CLIENT_CLASS": "django_redis.client.SentinelClient", "SENTINELS": sentinels})}
+    messages = deploy(caches=caches)
+    assert "W010" not in ids(messages)
+    port = redis_sentinel.primary_port()
+    assert all(f"127.0.0.1:{port} (master of 'rpmaster')" in m.msg for m in messages)
+
