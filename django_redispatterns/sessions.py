@@ -18,17 +18,21 @@ key (with the new user's tag) when it is saved.
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
+import hmac
 import logging
 import re
 import secrets
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import redis
+from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.backends.base import (
     VALID_KEY_CHARS,
@@ -96,6 +100,12 @@ def session_handle(session_key: str) -> str:
 
 def user_tag(user_id: str) -> str:
     """The hash tag (and session-key prefix) of a user's sessions: a keyed hash of the id."""
+    return _user_tag(user_id, settings.SECRET_KEY)
+
+
+@functools.lru_cache(maxsize=4096)
+def _user_tag(user_id: str, secret: str) -> str:
+    # ``secret`` is only part of the cache key: a rotated SECRET_KEY gives new tags.
     return keys.identity_hash(user_id, purpose="sessions.user")
 
 
@@ -140,6 +150,54 @@ def _ms_to_datetime(value: Any) -> datetime | None:
     if value in (None, b"", ""):
         return None
     return datetime.fromtimestamp(int(value) / 1000, tz=timezone.utc)
+
+
+# --- signing ------------------------------------------------------------------------------
+# Byte-for-byte Django's ``signing.dumps(..., compress=True)`` / ``signing.loads`` format
+# (TimestampSigner, HMAC-SHA256, SECRET_KEY_FALLBACKS honoured), with the HMAC key derived
+# once per (salt, secret) instead of on every call, and zlib tried only when it can pay off.
+# Data written by either side reads on the other (tests/test_sessions.py checks both ways).
+
+COMPRESS_MIN_BYTES = 200
+
+
+@functools.lru_cache(maxsize=32)
+def _hmac_key(salt: str, secret: str | bytes) -> bytes:
+    # django.utils.crypto.salted_hmac(key_salt=salt + "signer", secret=secret).
+    raw = secret.encode() if isinstance(secret, str) else secret
+    return hashlib.sha256((salt + "signer").encode() + raw).digest()
+
+
+def _signature(salt: str, value: str, secret: str | bytes) -> str:
+    digest = hmac.new(_hmac_key(salt, secret), value.encode(), hashlib.sha256).digest()
+    return signing.b64_encode(digest).decode()
+
+
+def sign_session(data: bytes, salt: str) -> str:
+    """``signing.dumps(obj, salt=salt, serializer=..., compress=True)`` for serialized ``data``."""
+    prefix = ""
+    if len(data) >= COMPRESS_MIN_BYTES:
+        compressed = zlib.compress(data)
+        if len(compressed) < len(data) - 1:
+            data, prefix = compressed, "."
+    value = f"{prefix}{signing.b64_encode(data).decode()}:{signing.b62_encode(int(time.time()))}"
+    return f"{value}:{_signature(salt, value, settings.SECRET_KEY)}"
+
+
+def unsign_session(signed: str, salt: str) -> bytes:
+    """The serialized data of a ``signing.dumps`` value; ``BadSignature`` if not genuine."""
+    value, _, sig = signed.rpartition(":")
+    if not value:
+        raise signing.BadSignature("no signature")
+    for secret in (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS):
+        if hmac.compare_digest(sig.encode(), _signature(salt, value, secret).encode()):
+            break
+    else:
+        raise signing.BadSignature("signature does not match")
+    payload = value.rpartition(":")[0].encode()  # drop the timestamp (no max_age)
+    if payload[:1] == b".":
+        return zlib.decompress(signing.b64_decode(payload[1:]))
+    return signing.b64_decode(payload)
 
 
 # --- the engine -------------------------------------------------------------------------
@@ -190,7 +248,8 @@ class SessionStore(SessionBase):
             self._session_key = None
             return {}
         assert key is not None
-        data_key, _, sid = _keys_of(key)
+        sid = session_handle(key)
+        data_key = _data_key(key[:32], sid)
         try:
             raw, created, activity = _client().hmget(data_key, ["d", "c", "a"])
         except UNAVAILABLE as exc:
@@ -214,10 +273,18 @@ class SessionStore(SessionBase):
             self.modified = True
         return dict(session)
 
-    def _decode_or_none(self, raw: bytes) -> dict[str, Any] | None:
+    def encode(self, session_dict: dict[str, Any]) -> str:
+        return sign_session(self.serializer().dumps(session_dict), self.key_salt)
+
+    def decode(self, session_data: bytes | str) -> dict[str, Any]:
+        session = self._decode_or_none(session_data)
+        return {} if session is None else session
+
+    def _decode_or_none(self, raw: bytes | str) -> dict[str, Any] | None:
         """Like ``decode()``, but tells corrupt data (None, logged) from an empty session."""
         try:
-            session = signing.loads(raw.decode(), salt=self.key_salt, serializer=self.serializer)
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            session = self.serializer().loads(unsign_session(text, self.key_salt))
         except signing.BadSignature:
             security_logger.warning("Session data corrupted")
             return None

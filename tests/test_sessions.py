@@ -203,7 +203,8 @@ def test_a_retried_create_succeeds_once(redis_client: redis.Redis) -> None:
     store = SessionStore()
     key = store._get_new_session_key()
     keys = [data_key(key), f"rptest:sess:{{{key[:32]}}}:u"]
-    args: list[str | int] = ["c", store.encode({}), 60_000, session_handle(key), "0", "req-1", "", "0", "", ""]
+    args: list[str | int] = ["c", store.encode({}), 60_000, session_handle(key), "0", "req-1",
+                             "", "0", "", ""]
     save = scripts.script("session_save")
     assert save(redis_client, keys, args) == 1
     assert save(redis_client, keys, args) == 1  # the retry finds its own key
@@ -220,7 +221,8 @@ def test_async_api(redis_client: redis.Redis) -> None:
         await store.aset("a", 1)
         await store.asave()
         loaded = SessionStore(store.session_key)
-        result = {"a": await loaded.aget("a"), "exists": await loaded.aexists(store.session_key or "")}
+        exists = await loaded.aexists(store.session_key or "")
+        result = {"a": await loaded.aget("a"), "exists": exists}
         await loaded.adelete()
         return result
 
@@ -401,3 +403,39 @@ def test_redis_never_holds_the_cookie_value(redis_client: redis.Redis) -> None:
         else:
             assert all(key.encode() not in v for v in redis_client.hvals(name))
     store.delete()
+
+
+# --- signing: Django's format, both ways ---------------------------------------------------
+
+
+@pytest.mark.parametrize("payload", [{}, {"a": 1}, {"big": "x" * 5000, "n": list(range(50))}])
+def test_our_encoding_is_djangos_signing_format_both_ways(payload: dict[str, Any]) -> None:
+    store = SessionStore()
+    ours = store.encode(payload)
+    assert signing.loads(ours, salt=store.key_salt, serializer=store.serializer) == payload
+    djangos = signing.dumps(payload, salt=store.key_salt, serializer=store.serializer,
+                            compress=True)
+    assert store.decode(djangos) == payload
+    if len(str(payload)) > 1000:
+        assert ours.startswith(".")  # large sessions are compressed
+
+
+def test_tampering_and_other_salts_are_rejected(caplog: pytest.LogCaptureFixture) -> None:
+    store = SessionStore()
+    good = store.encode({"user": "alice"})
+    payload, ts, sig = good.split(":")
+    forged_payload = signing.b64_encode(b'{"user":"mallory"}').decode()
+    for bad in (f"{forged_payload}:{ts}:{sig}", f"{payload}:{ts}:{sig[:-2]}AA", payload,
+                signing.dumps({"user": "alice"}, salt="other.salt", compress=True), ""):
+        assert store.decode(bad) == {}
+    assert "corrupted" in caplog.text
+
+
+def test_secret_key_fallbacks_still_verify() -> None:
+    with override_settings(SECRET_KEY="old-secret-old-secret-old-secret-old-secret-old"):
+        old = SessionStore().encode({"a": 1})
+    with override_settings(SECRET_KEY="new-secret-new-secret-new-secret-new-secret-new",
+                           SECRET_KEY_FALLBACKS=["old-secret-old-secret-old-secret-old-secret-old"]):
+        assert SessionStore().decode(old) == {"a": 1}
+    with override_settings(SECRET_KEY="new-secret-new-secret-new-secret-new-secret-new"):
+        assert SessionStore().decode(old) == {}

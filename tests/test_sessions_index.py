@@ -487,3 +487,26 @@ def test_sessions_created_by_other_processes_are_all_indexed_and_revoked(
     assert_index_exact(redis_client, user)
     assert revoked + logout_everywhere(user) == 300  # each session revoked exactly once
     assert live_data_keys(redis_client, user) == set()
+
+
+def test_secret_key_rotation_moves_sessions_to_the_new_index_on_their_next_save(
+    redis_client: redis.Redis,
+) -> None:
+    old, new = "o" * 50, "n" * 50
+    with override_settings(SECRET_KEY=old):
+        store = SessionStore()
+        store[SESSION_KEY] = "7"
+        store.save()
+        old_key = store.session_key or ""
+        old_index = f"rptest:sess:{{{user_tag('7')}}}:u"
+    with override_settings(SECRET_KEY=new, SECRET_KEY_FALLBACKS=[old]):
+        assert user_sessions(7) == []  # the new index does not know it yet
+        again = SessionStore(old_key)
+        assert again[SESSION_KEY] == "7"
+        assert again.modified  # scheduled to move
+        again.save()
+        assert again.session_key != old_key
+        assert [s.session_key for s in user_sessions(7)] == [session_handle(again.session_key
+                                                                           or "")]
+        assert redis_client.exists(old_index) == 0
+        assert logout_everywhere(7) == 1

@@ -1,0 +1,87 @@
+"""Sessions: ours vs Django's cache engine on django-redis vs django-redis-sessions (one Redis).
+
+Scenarios, each one simulated request of a signed-in user on an existing session:
+1. load + modify + save (``SESSION_SAVE_EVERY_REQUEST`` or any view that writes the session):
+   ours is HMGET + one Lua call that also keeps the per-user index; Django's cache engine is
+   GET, then GET (exists check) + SET; django-redis-sessions is GET + unconditional SETEX;
+2. load only (a request that reads the session and saves nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.sessions.backends.base import SessionBase
+from django.contrib.sessions.backends.cache import SessionStore as CacheStore
+from django.test import override_settings
+
+from benchmarks.harness import compare
+from django_redispatterns.sessions import SessionStore as OurStore
+
+
+def _user_session(store_cls: type[SessionBase]) -> str:
+    store = store_cls()
+    store.update({SESSION_KEY: "42", HASH_SESSION_KEY: "f" * 64, "cart": [1, 2, 3], "n": 0,
+                  BACKEND_SESSION_KEY: "django.contrib.auth.backends.ModelBackend"})
+    store.save()
+    assert store.session_key is not None
+    return store.session_key
+
+
+def _write_cycle(store_cls: type[SessionBase], key: str) -> Callable[[], None]:
+    def request() -> None:
+        store = store_cls(key)
+        store["n"] = store.get("n", 0) + 1  # loads
+        store.save()
+        assert store.session_key == key
+    return request
+
+
+def _read_cycle(store_cls: type[SessionBase], key: str) -> Callable[[], None]:
+    def request() -> None:
+        assert store_cls(key).get(SESSION_KEY) == "42"
+    return request
+
+
+def _drs_store(url: str) -> type[SessionBase] | None:
+    try:
+        import redis_sessions.settings as drs_settings
+        from redis_sessions.session import SessionStore as DrsStore
+    except ImportError:
+        print("django-redis-sessions not installed: pip install django-redis-sessions")
+        return None
+    drs_settings.SESSION_REDIS_CONNECTION_OBJECT = redis.Redis.from_url(url)
+    drs_settings.SESSION_REDIS_PREFIX = "rptest-drs"
+    return DrsStore
+
+
+def run() -> None:
+    url = settings.REDIS_URL
+    contenders: dict[str, tuple[type[SessionBase], str]] = {}
+    with override_settings(SESSION_CACHE_ALIAS="default"):
+        contenders["ours (Lua save + per-user index)"] = (OurStore, _user_session(OurStore))
+        contenders["Django cache engine + django-redis"] = (CacheStore,
+                                                            _user_session(CacheStore))
+        drs = _drs_store(url)
+        if drs is not None:
+            contenders["django-redis-sessions 0.6.2"] = (drs, _user_session(drs))
+        scenarios: list[tuple[str, Callable[[type[SessionBase], str], Callable[[], None]]]] = [
+            ("session load + modify + save (signed-in user)", _write_cycle),
+            ("session load only (signed-in user)", _read_cycle),
+        ]
+        for title, make in scenarios:
+            compare(title, {name: make(cls, key) for name, (cls, key) in contenders.items()},
+                    ops=1000, rounds=7)
+        for cls, key in contenders.values():
+            cls(key).delete()
+    _cleanup(url)
+
+
+def _cleanup(url: str) -> None:
+    client: Any = redis.Redis.from_url(url)
+    for key in client.scan_iter(match="rptest-drs*"):
+        client.delete(key)
