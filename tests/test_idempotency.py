@@ -566,3 +566,21 @@ def test_body_over_djangos_upload_limit_is_400_and_takes_no_claim(
     assert response.status_code == 400  # Django's RequestDataTooBig, as the view would get
     assert record_keys(redis_client) == []
     assert runs(redis_client, "charge:start") == 0
+
+
+def test_csrf_refusal_before_us_takes_no_claim(redis_client: redis.Redis) -> None:
+    from django.test import override_settings
+
+    from tests import settings as base
+
+    middleware = [*base.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware",
+                  "django_redispatterns.middleware.IdempotencyMiddleware"]
+    with idem_settings(), override_settings(MIDDLEWARE=middleware):
+        client = Client(enforce_csrf_checks=True)
+        refused = post(client, "/charge/", headers={"Referer": "http://testserver/"})
+        assert refused.status_code == 403
+        assert record_keys(redis_client) == []
+        client.cookies["csrftoken"] = "b" * 32
+        accepted = post(client, "/charge/", headers={"X-CSRFToken": "b" * 32})
+    assert accepted.status_code == 201 and accepted.get("Idempotent-Replayed") is None
+    assert runs(redis_client, "charge") == 1
