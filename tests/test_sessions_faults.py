@@ -69,7 +69,8 @@ def test_redis_killed_answers_503_and_keeps_the_cookie(
         response = client.get("/whoami/")
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
-    assert response.json()["error"] == "session_store_unavailable"
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "session_store_unavailable"
     assert_cookie_untouched(response)
     assert client.cookies["sessionid"].value == cookie
     assert "session store unavailable" in caplog.text

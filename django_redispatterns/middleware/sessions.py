@@ -24,13 +24,14 @@ It does two things:
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import keys
 from ..conf import get_config
@@ -68,12 +69,13 @@ def activity_of(request: HttpRequest) -> tuple[str, str]:
     return stored_ip(request.META.get("REMOTE_ADDR", "")), user_agent[:USER_AGENT_MAX]
 
 
-def unavailable_response() -> JsonResponse:
-    response = JsonResponse(
-        {"error": "session_store_unavailable",
-         "detail": "The session store is unreachable; please retry shortly."},
-        status=503,
-    )
+def unavailable_response() -> HttpResponse:
+    """503, RFC 9457 problem+json with the stable code ``session_store_unavailable``."""
+    body = {"type": "about:blank", "title": "Service Unavailable", "status": 503,
+            "code": "session_store_unavailable",
+            "detail": "The session store is unreachable; please retry shortly."}
+    response = HttpResponse(json.dumps(body), status=503,
+                            content_type="application/problem+json")
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     response["Cache-Control"] = "no-store"
     return response
