@@ -34,6 +34,8 @@ from django_redispatterns import connection
 from tests import urls_faults
 from tests.redis_servers import RedisServer
 
+pytestmark = pytest.mark.topology
+
 SOCKET_TIMEOUT = 0.5
 REQUEST_BOUND = 5.0  # generous for 2 shared cores; the policy answer takes ~1 s at most
 FAULT_SECONDS = 2.0  # pause/stop length: four socket timeouts

@@ -211,7 +211,8 @@ def test_cluster_failover_under_session_and_rate_limit_traffic(
     with use_connection(cluster.url, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5):
         browser = Client(REMOTE_ADDR="198.51.100.8", raise_request_exception=False)
         assert browser.get("/sess/").json() == {"n": 1}
-        victim = cluster.masters()[0]
+        victim = cluster.master_for_key(  # the master holding this session
+            next(k for k in cluster.scan_keys("rptest:sess:*") if b":s:" in k))
         for master in cluster.masters():
             cluster.wait_replicated(master)
         victim.kill()
