@@ -604,8 +604,9 @@ def collect_targets() -> list[Target]:
         if target is None:
             target = targets[key] = Target(connection, dict(options or {}), list(sentinels))
         target.roles.add(role)
-        target.dbs.add(_url_db(connection) if "db" not in (options or {})
-                       else int((options or {})["db"]))
+        if parts.scheme != "redis+cluster":  # the static check judges a cluster URL's db
+            target.dbs.add(_url_db(connection) if "db" not in (options or {})
+                           else int((options or {})["db"]))
 
     caches = _redis_caches()
     session_alias = getattr(settings, "SESSION_CACHE_ALIAS", "default")

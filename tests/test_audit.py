@@ -134,7 +134,7 @@ def test_audit_of_100k_keys_reports_exactly_and_never_blocks_others(
     # ... and Redis itself never ran one command long enough to matter (robust to OS
     # scheduling on a busy machine, unlike the client-side number).
     slow = client.slowlog_get(1000)
-    assert max((e["duration"] for e in slow), default=0) < 100_000, slow[:3]
+    assert max((e["duration"] for e in slow), default=0) < 250_000, slow[:3]
     # SCAN in batches, never KEYS, nothing written.
     stats = client.info("commandstats")
     assert "cmdstat_keys" not in stats
