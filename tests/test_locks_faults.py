@@ -168,3 +168,40 @@ def test_no_keys_without_ttl_on_throwaway_servers(masters: list[Any]) -> None:
         client: redis.Redis = m.client()
         found = list(client.scan_iter(match="rptest:lock:*"))
         assert found and all(client.pttl(k) > 0 for k in found)
+
+
+# --- WAIT for replicas (SPEC D2's option) ------------------------------------------------
+
+
+def test_min_replicas_acknowledged_or_rolled_back(redis_server_factory: Any) -> None:
+    """L-14: with a stalled replica the acquire is undone, not silently kept unreplicated."""
+    master = redis_server_factory()
+    replica = redis_server_factory("--replicaof", "127.0.0.1", str(master.port))
+    assert wait_until(lambda: master.client().info("replication")["connected_slaves"] == 1
+                      and replica.client().info("replication")["master_link_status"] == "up", 15)
+    with Lock("replicated", ttl=5, min_replicas=1, connection=master.url) as lock:
+        assert lock.owned()
+        assert wait_until(lambda: replica.client().exists(held_key("replicated")), 5)
+
+    async def async_acquire() -> None:
+        async with Lock("replicated-async", ttl=5, min_replicas=1,
+                        connection=master.url) as lock:
+            assert lock.fencing_token is not None
+
+    import asyncio
+
+    asyncio.run(async_acquire())
+    replica.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="replicas acknowledged"):
+            Lock("unreplicated", ttl=5, min_replicas=1, replica_timeout=0.2,
+                 connection=master.url).acquire()
+        assert time.monotonic() - started < 3
+        assert not master.client().exists(held_key("unreplicated"))  # rolled back by token
+    finally:
+        replica.resume()
+    with pytest.raises(ValueError, match="min_replicas"):
+        Lock("x", min_replicas=-1)
+    with pytest.raises(ValueError, match="quorum"):
+        Lock("x", min_replicas=1, quorum=[master.url])

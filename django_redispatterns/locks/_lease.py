@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from .. import connection, keys, scripts, signals
 from ..conf import get_config
@@ -209,6 +210,8 @@ class _Base:
         connection: str | None,
         quorum: Sequence[str] | None,
         owner: str | None,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.1,
     ) -> None:
         config = get_config().feature("LOCKS")
         self.names: tuple[str, ...] = tuple(names)
@@ -224,6 +227,14 @@ class _Base:
         self._connection = connection
         self._quorum = list(config["QUORUM"] if quorum is None else quorum)
         self._owner = owner
+        if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
+            raise ValueError(f"min_replicas must be an int >= 0, got {min_replicas!r}")
+        if min_replicas and self._quorum:
+            raise ValueError("min_replicas and quorum mode do not combine; pick one")
+        self.min_replicas = min_replicas
+        self.replica_timeout = _check_seconds("replica_timeout", replica_timeout,
+                                              allow_zero=False)
+        self._acked = 0
         self._meta_head: str | None = None
         self._sync_clients: list[Any] | None = None
         self.token: str | None = None
@@ -293,20 +304,72 @@ class _Base:
         keys_, args = self._acquire_call(token)
         lua = scripts.script(_ACQUIRE)
         started = time.monotonic()
+        send = self._acquire_and_wait if self.min_replicas else lua
         try:
             try:
-                reply = lua(client, keys_, args)
+                reply = send(client, keys_, args)
             except redis.TimeoutError:
                 # SPEC D4: the script may have run and only the reply was lost. Re-sending it
                 # with the same token is safe: a key already holding our token counts as ours.
-                reply = lua(client, keys_, args)
+                reply = send(client, keys_, args)
         except redis.RedisError as exc:
             self._release_quietly(token)
             raise self._unavailable("acquire", exc) from exc
         attempt = _parse_acquire(reply)
+        if self._replicas_missing(attempt):
+            self._release_quietly(token)
+            raise self._replicas_error()
         attempt.validity = self.ttl
         self._lease_ends = started + self.ttl
         return attempt
+
+    def _replicas_missing(self, attempt: _Attempt) -> bool:
+        return bool(attempt.ok and self.min_replicas and self._acked < self.min_replicas)
+
+    def _replicas_error(self) -> BackendUnavailable:
+        return self._unavailable("acquire", RuntimeError(
+            f"{self._acked} of {self.min_replicas} replicas acknowledged the lock within "
+            f"{self.replica_timeout:g}s; released it rather than risk losing it on failover"))
+
+    def _acquire_pipe(self, client: Any, command: str, keys_: list[str], args: list[Any]) -> Any:
+        lua = scripts.script(_ACQUIRE)
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(command, lua.sha if command == "EVALSHA" else lua.source,
+                             len(keys_), *keys_, *args)
+        pipe.execute_command("WAIT", self.min_replicas, _ms(self.replica_timeout))
+        return pipe
+
+    def _waited(self, results: list[Any]) -> Any:
+        """The script's reply from [reply, WAIT count]; None when NOSCRIPT (it did not run)."""
+        reply, acked = results
+        if isinstance(reply, NoScriptError):
+            return None
+        for result in (reply, acked):
+            if isinstance(result, Exception):
+                raise result
+        self._acked = int(acked)
+        return reply
+
+    def _acquire_and_wait(self, client: Any, keys_: list[str], args: list[Any]) -> Any:
+        """The acquire script, then ``WAIT`` on the same connection: one round trip."""
+        if connection.is_cluster(client):
+            raise ValueError("min_replicas needs a single-master client (WAIT is per "
+                             "connection); it is not supported on Redis Cluster")
+        for command in ("EVALSHA", "EVAL"):  # EVAL only after NOSCRIPT
+            reply = self._waited(
+                self._acquire_pipe(client, command, keys_, args).execute(raise_on_error=False))
+            if reply is not None:
+                return reply
+        raise NoScriptError("script cache lost twice in a row")
+
+    async def _aacquire_and_wait(self, client: Any, keys_: list[str], args: list[Any]) -> Any:
+        """Async twin of :meth:`_acquire_and_wait`."""
+        for command in ("EVALSHA", "EVAL"):
+            pipe = self._acquire_pipe(client, command, keys_, args)
+            reply = self._waited(await pipe.execute(raise_on_error=False))
+            if reply is not None:
+                return reply
+        raise NoScriptError("script cache lost twice in a row")
 
     def _attempt_quorum(self, token: str) -> _Attempt:
         clients = self._clients()
@@ -626,12 +689,14 @@ class _Base:
         lua = scripts.script(_ACQUIRE)
         started = time.monotonic()
 
+        send = self._aacquire_and_wait if self.min_replicas else lua.acall
+
         async def call(client: Any) -> Any:
             try:
                 try:
-                    return await lua.acall(client, keys_, args)
+                    return await send(client, keys_, args)
                 except redis.TimeoutError:  # SPEC D4, as in _attempt
-                    return await lua.acall(client, keys_, args)
+                    return await send(client, keys_, args)
             except redis.RedisError as exc:
                 if not self._quorum:
                     await self._arelease_quietly(token)
@@ -643,6 +708,9 @@ class _Base:
         replies = list(await asyncio.gather(*(call(c) for c in clients)))
         if not self._quorum:
             attempt = _parse_acquire(replies[0])
+            if self._replicas_missing(attempt):
+                await self._arelease_quietly(token)
+                raise self._replicas_error()
             attempt.validity = self.ttl
             self._lease_ends = started + self.ttl
             return attempt
@@ -794,10 +862,13 @@ class Lock(_Base):
         connection: str | None = None,
         quorum: Sequence[str] | None = None,
         owner: str | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.1,
     ) -> None:
         super().__init__([_check_name(name)], ttl, wait=wait, auto_renew=auto_renew,
                          namespace=namespace, connection=connection, quorum=quorum,
-                         owner=owner)
+                         owner=owner, min_replicas=min_replicas,
+                         replica_timeout=replica_timeout)
 
     @property
     def name(self) -> str:
@@ -834,6 +905,8 @@ class MultiLock(_Base):
         connection: str | None = None,
         quorum: Sequence[str] | None = None,
         owner: str | None = None,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.1,
     ) -> None:
         if isinstance(names, str):
             raise TypeError("MultiLock takes a list of names, not one str (use Lock)")
@@ -841,7 +914,8 @@ class MultiLock(_Base):
         if not unique:
             raise ValueError("MultiLock needs at least one name")
         super().__init__(unique, ttl, wait=wait, auto_renew=auto_renew, namespace=namespace,
-                         connection=connection, quorum=quorum, owner=owner)
+                         connection=connection, quorum=quorum, owner=owner,
+                         min_replicas=min_replicas, replica_timeout=replica_timeout)
 
     @property
     def fencing_token(self) -> int | None:
