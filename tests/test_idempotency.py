@@ -388,7 +388,7 @@ def test_async_stack_stores_and_replays(redis_client: redis.Redis, url: str) -> 
         first = await _apost(client, url)
         again = await _apost(client, url)
         other = await _apost(client, url, data='{"amount": 1}')
-        busy = await asyncio.gather(*[_apost(client, url + "?sleep=0.3", key="k2")
+        busy = await asyncio.gather(*[_apost(client, url + "?sleep=1", key="k2")
                                       for _ in range(4)])
         return [first, again, other, busy]
 
@@ -397,7 +397,10 @@ def test_async_stack_stores_and_replays(redis_client: redis.Redis, url: str) -> 
     assert first.status_code == 201 and again.content == first.content
     assert again["Idempotent-Replayed"] == "true"
     assert other.status_code == 422
-    assert sorted(r.status_code for r in busy) == [201, 409, 409, 409]
+    ran = [r for r in busy if r.status_code == 201 and "Idempotent-Replayed" not in r]
+    assert len(ran) == 1  # the rest: 409 while it ran (or the replay, on a very busy box)
+    assert all(r.status_code == 409 or r["Idempotent-Replayed"] == "true"
+               for r in busy if r is not ran[0])
     name = "acharge" if url != "/charge/" else "charge"
     assert runs(redis_client, name) == 2
 
@@ -544,14 +547,14 @@ def test_raw_keys_never_reach_the_logs(client: Client, redis_client: redis.Redis
                                        caplog: pytest.LogCaptureFixture) -> None:
     secret = "raw-key-4f9c2e"
     with caplog.at_level(logging.DEBUG, "django_redispatterns"):
-        held = threading.Thread(target=lambda: post(Client(), "/charge/?sleep=0.4", key=secret))
+        held = threading.Thread(target=lambda: post(Client(), "/charge/?sleep=1.5", key=secret))
         held.start()
         deadline = time.monotonic() + 15
         while runs(redis_client, "charge:start") == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert post(client, "/charge/?sleep=0.4", key=secret).status_code == 409
+        assert post(client, "/charge/?sleep=1.5", key=secret).status_code == 409
         held.join(30)
-        assert post(client, "/charge/?sleep=0.4", key=secret, data="{}").status_code == 422
+        assert post(client, "/charge/?sleep=1.5", key=secret, data="{}").status_code == 422
     assert "conflict" in caplog.text and "reused" in caplog.text
     assert secret not in caplog.text and "alice" not in caplog.text
 

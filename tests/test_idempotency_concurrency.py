@@ -96,16 +96,16 @@ def test_dik_retry_50ms_into_a_running_request_is_409(client: Client,
                                                       redis_client: redis.Redis) -> None:
     # DIK: a retry arriving 50 ms into an in-flight request ran the view a second time.
     first: list[Any] = []
-    t = threading.Thread(target=lambda: first.append(post(Client(), "/charge/?sleep=0.6")))
+    t = threading.Thread(target=lambda: first.append(post(Client(), "/charge/?sleep=1.5")))
     t.start()
     wait_for(lambda: runs(redis_client, "charge:start") == 1)
     time.sleep(0.05)
-    retry = post(client, "/charge/?sleep=0.6")
+    retry = post(client, "/charge/?sleep=1.5")
     t.join(30)
     assert retry.status_code == 409 and retry["Retry-After"] == "1"
     assert retry["Content-Type"] == "application/problem+json"
     assert runs(redis_client, "charge:start") == 1
-    replay = post(client, "/charge/?sleep=0.6")
+    replay = post(client, "/charge/?sleep=1.5")
     assert replay.status_code == 201 and replay.content == first[0].content  # DIK answered 409
 
 
@@ -184,7 +184,7 @@ def test_claim_lost_mid_view_is_logged_and_not_stored(
 ) -> None:
     with idem_settings(), caplog.at_level(logging.WARNING, "django_redispatterns.idempotency"):
         first: list[Any] = []
-        t = threading.Thread(target=lambda: first.append(post(Client(), "/charge/?sleep=0.5")))
+        t = threading.Thread(target=lambda: first.append(post(Client(), "/charge/?sleep=1.5")))
         t.start()
         wait_for(lambda: runs(redis_client, "charge:start") == 1)
         for key in redis_client.scan_iter(match="rptest:idem:*"):  # an operator deletes it

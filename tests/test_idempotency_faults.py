@@ -92,7 +92,7 @@ def test_redis_lost_after_the_view_ran_returns_the_response_and_logs(
     with on(server), caplog.at_level(logging.ERROR, LOGGER):
         result: list[Any] = []
         t = threading.Thread(target=lambda: result.append(
-            post(Client(), "/charge/?sleep=0.5", key="mid")))
+            post(Client(), "/charge/?sleep=1.5", key="mid")))
         t.start()
         deadline = time.monotonic() + 15
         while runs(redis_client, "charge:start") == 0 and time.monotonic() < deadline:
@@ -106,14 +106,14 @@ def test_redis_lost_after_the_view_ran_returns_the_response_and_logs(
 def test_script_cache_flushed_mid_request_still_completes(client_settings: None,
                                                           redis_client: redis.Redis) -> None:
     result: list[Any] = []
-    t = threading.Thread(target=lambda: result.append(post(Client(), "/charge/?sleep=0.3")))
+    t = threading.Thread(target=lambda: result.append(post(Client(), "/charge/?sleep=1")))
     t.start()
     deadline = time.monotonic() + 15
     while runs(redis_client, "charge:start") == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
     redis_client.script_flush()
     t.join(30)
-    again = post(Client(), "/charge/?sleep=0.3")
+    again = post(Client(), "/charge/?sleep=1")
     assert again["Idempotent-Replayed"] == "true" and again.content == result[0].content
 
 
