@@ -74,11 +74,32 @@ def run() -> None:
             ("session load only (signed-in user)", _read_cycle),
         ]
         for title, make in scenarios:
-            compare(title, {name: make(cls, key) for name, (cls, key) in contenders.items()},
-                    ops=1000, rounds=7)
+            requests: dict[str, Callable[[], object]] = {
+                name: make(cls, key) for name, (cls, key) in contenders.items()}
+            compare(title, requests, ops=1000, rounds=11)
+            print("round trips per request: " + ", ".join(
+                f"{name.split(' (')[0]} {_round_trips(fn)}" for name, fn in requests.items()))
         for cls, key in contenders.values():
             cls(key).delete()
     _cleanup(url)
+
+
+def _round_trips(fn: Callable[[], object]) -> int:
+    """Connections taken from any redis-py pool while ``fn`` runs (= round trips)."""
+    original = redis.ConnectionPool.get_connection
+    calls = 0
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(self, *args, **kwargs)
+
+    redis.ConnectionPool.get_connection = counting  # type: ignore[method-assign]
+    try:
+        fn()
+    finally:
+        redis.ConnectionPool.get_connection = original  # type: ignore[method-assign]
+    return calls
 
 
 def _cleanup(url: str) -> None:

@@ -169,7 +169,7 @@ def _hmac_key(salt: str, secret: str | bytes) -> bytes:
 
 
 def _signature(salt: str, value: str, secret: str | bytes) -> str:
-    digest = hmac.new(_hmac_key(salt, secret), value.encode(), hashlib.sha256).digest()
+    digest = hmac.digest(_hmac_key(salt, secret), value.encode(), "sha256")
     return signing.b64_encode(digest).decode()
 
 

@@ -439,3 +439,44 @@ def test_secret_key_fallbacks_still_verify() -> None:
         assert SessionStore().decode(old) == {"a": 1}
     with override_settings(SECRET_KEY="new-secret-new-secret-new-secret-new-secret-new"):
         assert SessionStore().decode(old) == {}
+
+
+# --- round trips ------------------------------------------------------------------------------
+
+
+def round_trips(fn: Any) -> int:
+    """How many times ``fn`` takes a connection from the engine's pool (= round trips)."""
+    from django_redispatterns import connection
+
+    pool = connection.get_client("SESSIONS").connection_pool
+    original = pool.get_connection
+    calls = 0
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(*args, **kwargs)
+
+    pool.get_connection = counting
+    try:
+        fn()
+    finally:
+        del pool.get_connection
+    return calls
+
+
+def test_load_and_save_are_one_round_trip_each_including_the_index() -> None:
+    from django_redispatterns.sessions import user_sessions
+
+    store = SessionStore()
+    store["_auth_user_id"] = "5"
+    assert round_trips(store.save) == 1  # create, indexed
+    key = store.session_key
+    again = SessionStore(key)
+    assert round_trips(lambda: again["_auth_user_id"]) == 1  # load
+    again["n"] = 1
+    assert round_trips(again.save) == 1  # update + index
+    assert round_trips(lambda: again.exists(key)) == 1
+    assert round_trips(again.cycle_key) == 2  # create the new key, delete the old
+    assert [s.is_current for s in user_sessions("5", current=again.session_key)] == [True]
+    assert round_trips(again.delete) == 1
