@@ -587,3 +587,24 @@ def test_csrf_refusal_before_us_takes_no_claim(redis_client: redis.Redis) -> Non
         accepted = post(client, "/charge/", headers={"X-CSRFToken": "b" * 32})
     assert accepted.status_code == 201 and accepted.get("Idempotent-Replayed") is None
     assert runs(redis_client, "charge") == 1
+
+
+def test_drf_view_with_drf_only_auth_via_the_decorator(redis_client: redis.Redis) -> None:
+    def send(user: str, body: str = '{"amount": 5}') -> Any:
+        return Client().post("/drf/", body, content_type="application/json",
+                             headers={"Idempotency-Key": "drf-1", "X-Api-User": user})
+
+    with idem_settings(SCOPE=None):  # the default scope: DRF's request.user
+        first = send("42")
+        again = send("42")
+        other_user = send("43")
+        changed = send("42", '{"amount": 6}')
+        anonymous = Client().post("/drf/", "{}", content_type="application/json",
+                                  headers={"Idempotency-Key": "drf-1"})
+    assert first.status_code == 201 and json.loads(first.content)["got"] == {"amount": 5}
+    assert again.content == first.content and again["Idempotent-Replayed"] == "true"
+    assert other_user.get("Idempotent-Replayed") is None
+    assert json.loads(other_user.content)["user"] == "43"
+    assert changed.status_code == 422
+    assert anonymous.status_code == 400
+    assert runs(redis_client, "drf") == 2

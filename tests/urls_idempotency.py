@@ -24,6 +24,10 @@ from django.template.response import TemplateResponse
 from django.test import Client
 from django.test.utils import override_settings
 from django.urls import path
+from django.utils.decorators import method_decorator
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from django_redispatterns.idempotency import idempotent, idempotent_exempt
 
@@ -121,7 +125,35 @@ def exempt(request: HttpRequest) -> HttpResponse:
     return HttpResponse(json.dumps({"n": time.time_ns()}), status=201)
 
 
+# --- DRF: token-style auth that only DRF knows about; the decorator sees DRF's user ----------
+
+
+class _ApiUser:
+    is_authenticated = True
+
+    def __init__(self, pk: str) -> None:
+        self.pk = pk
+
+
+class HeaderAuthentication(BaseAuthentication):
+    def authenticate(self, request: Any) -> tuple[_ApiUser, None] | None:
+        name = request.META.get("HTTP_X_API_USER")
+        return (_ApiUser(name), None) if name else None
+
+
+class DrfCharge(APIView):
+    authentication_classes = [HeaderAuthentication]
+    permission_classes: list[Any] = []
+
+    @method_decorator(idempotent(required=True))
+    def post(self, request: Any) -> Response:
+        _count("drf")
+        return Response({"got": request.data, "user": request.user.pk, "n": time.time_ns()},
+                        status=201)
+
+
 urlpatterns = [
+    path("drf/", idempotent_exempt(DrfCharge.as_view())),
     path("charge/", charge),
     path("other/", charge),
     path("acharge/", acharge),
