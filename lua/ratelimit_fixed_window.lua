@@ -4,44 +4,59 @@
 -- ARGV[4]: request id (SPEC D4: a re-sent call replays its first answer instead of counting
 --          again); ARGV[5]: marker TTL in ms.
 -- Returns: {allowed (1/0), limit, remaining, reset_after_ms, retry_after_ms}.
--- Rejected hits are not counted. The counter's expiry is set in the same script as its first
--- increment (and repaired if it was ever lost), so no counter outlives its window.
+-- Rejected hits are not counted (an increment that overshoots is taken back in this script).
+-- The counter's expiry is set in the same script as its first increment (and repaired if it
+-- was ever lost), so no counter outlives its window.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local rid = ARGV[4]
 
-local function state(allowed)
-  local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+local function blocked(count)
   local ttl = redis.call('PTTL', KEYS[1])
+  if ttl == -1 then redis.call('PEXPIRE', KEYS[1], window) end
   if ttl < 0 then ttl = window end
-  if count == 0 then ttl = 0 end
-  local remaining = math.max(limit - count, 0)
-  local retry = 0
-  if allowed == 0 then
-    retry = ttl
-    if retry <= 0 or cost > limit then retry = window end
-  end
-  return {allowed, limit, remaining, ttl, retry}
+  local retry = ttl
+  if cost > limit then retry = window end
+  return {0, limit, math.max(limit - count, 0), ttl, retry}
 end
 
-if cost > 0 and rid ~= '' then
+if cost == 0 then
+  local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if count >= limit then return blocked(count) end
+  local ttl = 0
+  if count > 0 then ttl = math.max(redis.call('PTTL', KEYS[1]), 0) end
+  return {1, limit, limit - count, ttl, 0}
+end
+
+if rid ~= '' then
   local seen = redis.call('GET', KEYS[2])
-  if seen then return state(tonumber(seen)) end
+  if seen then
+    local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+    if seen == '0' then return blocked(count) end
+    return {1, limit, math.max(limit - count, 0), math.max(redis.call('PTTL', KEYS[1]), 0), 0}
+  end
 end
 
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-local allowed = 0
-if cost > 0 and count + cost <= limit then
-  allowed = 1
-  count = redis.call('INCRBY', KEYS[1], cost)
-  if count == cost or redis.call('PTTL', KEYS[1]) < 0 then
-    redis.call('PEXPIRE', KEYS[1], window)
+local count = redis.call('INCRBY', KEYS[1], cost)
+if count > limit then
+  if count == cost then
+    redis.call('DEL', KEYS[1])
+  else
+    redis.call('DECRBY', KEYS[1], cost)
   end
-elseif cost == 0 and count < limit then
-  allowed = 1
+  if rid ~= '' then redis.call('SET', KEYS[2], '0', 'PX', tonumber(ARGV[5])) end
+  return blocked(count - cost)
 end
-if cost > 0 and rid ~= '' then
-  redis.call('SET', KEYS[2], allowed, 'PX', tonumber(ARGV[5]))
+local ttl = window
+if count == cost then
+  redis.call('PEXPIRE', KEYS[1], window)
+else
+  ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 then
+    redis.call('PEXPIRE', KEYS[1], window)
+    ttl = window
+  end
 end
-return state(allowed)
+if rid ~= '' then redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[5])) end
+return {1, limit, limit - count, ttl, 0}

@@ -13,6 +13,7 @@ closed) is the caller's policy.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from .. import connection, keys
+from ..conf import get_config
 from ..exceptions import BackendUnavailable
 from ..scripts import Call, arun_many, run_many
 from .algorithms import Algorithm, Decision, get_algorithm
@@ -78,24 +80,23 @@ class RateLimiter:
 
     def digest(self, identity: str) -> str:
         """Keyed hash of (group, identity): injective, and no raw identity in key names."""
-        material = f"{len(self.group)}:{self.group}|{identity}"
-        return keys.identity_hash(material, purpose="ratelimit")
+        _fresh()
+        return _names(self.group, identity, "", "")[0]
 
     def key(self, identity: str) -> str:
         """The Redis key holding ``identity``'s state under this limiter."""
-        algo = self.algorithm
-        return keys.make_key(KEY_FEATURE, algo.code, algo.shape, tag=self.digest(identity))
+        _fresh()
+        return _names(self.group, identity, self.algorithm.code, self.algorithm.shape)[1]
 
     def call(self, identity: str, cost: int = 1, request_id: str | None = None) -> Call:
         """The script call that decides one hit (for :func:`hit_many` pipelines)."""
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        if cost.__class__ is not int or cost < 0:
             raise ValueError(f"cost must be a non-negative integer, got {cost!r}")
-        digest = self.digest(identity)
+        _fresh()
         algo = self.algorithm
+        _, key, marker = _names(self.group, identity, algo.code, algo.shape)
         rid = request_id or new_request_id()
-        key_names = [keys.make_key(KEY_FEATURE, algo.code, algo.shape, tag=digest)]
-        if algo.uses_marker:
-            key_names.append(keys.make_key(KEY_FEATURE, "rid", rid, tag=digest))
+        key_names = [key, marker + rid] if algo.uses_marker else [key]
         return (algo.lua, key_names, algo.args(cost, rid))
 
     # --- sync -------------------------------------------------------------------------
@@ -111,7 +112,12 @@ class RateLimiter:
         A rejected hit counts nothing. Passing the same ``request_id`` again (a re-sent
         call) counts nothing more.
         """
-        return hit_many([(self, identity, cost, request_id)])[0]
+        lua, key_names, args = self.call(identity, cost, request_id)
+        try:
+            raw = lua(self.client(), key_names, args)
+        except UNAVAILABLE_ERRORS as exc:
+            raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
+        return self.algorithm.decision(raw, self.name)
 
     def peek(self, identity: str) -> Decision:
         """The current state for ``identity`` without counting anything."""
@@ -134,7 +140,12 @@ class RateLimiter:
     async def ahit(self, identity: str, cost: int = 1, *,
                    request_id: str | None = None) -> Decision:
         """Async twin of :meth:`hit` (``redis.asyncio``; no thread hop)."""
-        return (await ahit_many([(self, identity, cost, request_id)]))[0]
+        lua, key_names, args = self.call(identity, cost, request_id)
+        try:
+            raw = await lua.acall(self.async_client(), key_names, args)
+        except UNAVAILABLE_ERRORS as exc:
+            raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
+        return self.algorithm.decision(raw, self.name)
 
     async def apeek(self, identity: str) -> Decision:
         return await self.ahit(identity, 0)
@@ -144,6 +155,29 @@ class RateLimiter:
             return bool(await self.async_client().delete(self.key(identity)))
         except UNAVAILABLE_ERRORS as exc:
             raise BackendUnavailable(f"rate limit reset failed: {exc}") from exc
+
+
+# Key names per (group, identity, algorithm, shape), valid while the settings object lives
+# (a new SECRET_KEY or KEY_PREFIX replaces it): the HMAC and key building leave the hot path.
+_names_config: Any = None
+
+
+def _fresh() -> None:
+    global _names_config
+    config = get_config()
+    if config is not _names_config:
+        _names.cache_clear()
+        _names_config = config
+
+
+@functools.lru_cache(maxsize=16384)
+def _names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
+    """(digest, state key, marker-key prefix) for one identity under one limiter shape."""
+    digest = keys.identity_hash(f"{len(group)}:{group}|{identity}", purpose="ratelimit")
+    if not code:
+        return digest, "", ""
+    key = keys.make_key(KEY_FEATURE, code, shape, tag=digest)
+    return digest, key, keys.make_key(KEY_FEATURE, "rid", "", tag=digest)
 
 
 Hit = tuple[RateLimiter, str, int, "str | None"]

@@ -11,8 +11,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from ...exceptions import ConfigurationError, ScriptError
 from ...scripts import ArgT, LuaScript, script
@@ -22,13 +21,13 @@ from ..rates import ALGORITHMS, Rate, validate_algorithm
 MARKER_TTL_MS = 10_000
 
 
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of one rate-limit check.
+class Decision(NamedTuple):
+    """The outcome of one rate-limit check (a named tuple: cheap on the hot path).
 
     ``reset_after`` and ``retry_after`` are seconds (floats, from the Redis server clock);
     ``retry_after`` is 0 when ``allowed``. ``policy`` is the rule's rate (``Rate``) and
-    ``name`` the policy name used in the ``RateLimit`` headers.
+    ``name`` the policy name used in the ``RateLimit`` headers. ``bool(decision)`` is
+    ``decision.allowed``.
     """
 
     allowed: bool
@@ -75,19 +74,13 @@ class Algorithm:
 
     def decision(self, raw: Any, name: str = "default") -> Decision:
         try:
-            allowed, limit, remaining, reset_ms, retry_ms = (int(x) for x in raw)
+            allowed, limit, remaining, reset_ms, retry_ms = raw
+            # A blocked answer always carries a positive wait (Retry-After is >= 1 s anyway).
+            retry = 0.0 if allowed else max(retry_ms / 1000.0, 0.001)
+            return Decision(allowed == 1, limit, remaining if remaining > 0 else 0,
+                            reset_ms / 1000.0 if reset_ms > 0 else 0.0, retry, self.rate, name)
         except (TypeError, ValueError) as exc:
             raise ScriptError(f"{self.script_name} answered {raw!r}") from exc
-        retry = 0.0
-        if not allowed:
-            # Never tell a blocked client to come back in less than a second's granularity
-            # of what it asked for; Retry-After is whole seconds >= 1 anyway.
-            retry = max(retry_ms / 1000.0, 0.001)
-        return Decision(
-            allowed=bool(allowed), limit=limit, remaining=max(remaining, 0),
-            reset_after=max(reset_ms, 0) / 1000.0, retry_after=retry,
-            policy=self.rate, name=name,
-        )
 
 
 _REGISTRY = {
