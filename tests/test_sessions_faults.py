@@ -157,3 +157,28 @@ def test_listing_during_an_outage_raises_a_clear_error(server: RedisServer, alic
     server.kill()
     with pytest.raises(redis.ConnectionError):
         user_sessions(alice)
+
+
+@pytest.mark.django_db(transaction=True)  # the async view reads users from another thread
+def test_async_stack_503_and_recovery(server: RedisServer, alice: Any) -> None:
+    """The middleware in an async handler (AsyncClient): same 503, same cookie, same user."""
+    import asyncio
+
+    from django.test import AsyncClient
+
+    cookie = signed_in().cookies["sessionid"].value
+
+    async def scenario() -> tuple[Any, Any]:
+        client = AsyncClient(raise_request_exception=False)
+        client.cookies["sessionid"] = cookie
+        server.pause()
+        try:
+            down = await client.get("/whoami/")
+        finally:
+            server.resume()
+        return down, await client.get("/whoami/")
+
+    down, up = asyncio.run(scenario())
+    assert down.status_code == 503
+    assert_cookie_untouched(down)
+    assert up.status_code == 200 and up.json()["user"] == "alice"
