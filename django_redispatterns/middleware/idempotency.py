@@ -3,7 +3,8 @@
 Put it **last** in ``MIDDLEWARE`` (after sessions, authentication and CSRF): it decides in
 ``process_view``, so a request that CSRF or a rate limiter refuses never takes a claim, and
 it finishes in ``__call__`` once the view's response comes back. Views decorated with
-``@idempotent`` (their own settings) or ``@idempotent_exempt`` are left alone.
+``@idempotent`` (their own settings) or ``@idempotent_exempt`` are left alone, also when the
+decorator sits on a class-based view's method (``method_decorator``).
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ class IdempotencyMiddleware:
 
     def process_view(self, request: HttpRequest, view: Callable[..., Any], args: Any,
                      kwargs: Any) -> HttpResponseBase | None:
-        if getattr(view, http.HANDLED_ATTR, False):
+        if _handled_elsewhere(request, view):
             return None
         return self._keep(request, http.start(request, http.options()))
 
     async def _aprocess_view(self, request: HttpRequest, view: Callable[..., Any], args: Any,
                              kwargs: Any) -> HttpResponseBase | None:
-        if getattr(view, http.HANDLED_ATTR, False):
+        if _handled_elsewhere(request, view):
             return None
         return self._keep(request, await http.astart(request, http.options()))
 
@@ -72,6 +73,17 @@ class IdempotencyMiddleware:
             request.__dict__[_TICKET] = decision
             return None
         return decision
+
+
+def _handled_elsewhere(request: HttpRequest, view: Callable[..., Any]) -> bool:
+    """True for views marked ``@idempotent``/``@idempotent_exempt``, including class-based
+    views (Django's and DRF's) whose handler method for this request carries the mark."""
+    if getattr(view, http.HANDLED_ATTR, False):
+        return True
+    cls = getattr(view, "view_class", None) or getattr(view, "cls", None)
+    if cls is None or not request.method:
+        return False
+    return bool(getattr(getattr(cls, request.method.lower(), None), http.HANDLED_ATTR, False))
 
 
 __all__ = ["IdempotencyMiddleware"]
