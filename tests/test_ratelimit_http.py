@@ -376,3 +376,16 @@ def test_command_inspects_and_resets_one_client(client: Client) -> None:
         assert "BLOCKED" in out.getvalue()
         with pytest.raises(CommandError, match="no RATELIMIT rule"):
             call_command("ratelimit", "inspect", "--rule", "nope", "--identity", "x")
+
+
+@pytest.mark.parametrize(("section", "named"), [
+    ({"TRUSTED_PROXIES": ["10.0.0.0/33"]}, "'10.0.0.0/33'"),
+    ({"TRUSTED_PROXIES": ["proxy.internal"]}, "'proxy.internal'"),
+    ({"IPV6_PREFIX": 0}, "IPV6_PREFIX"),
+    ({"VIEW": "tests.urls_ratelimit.no_such_view"}, "no_such_view"),
+])
+def test_bad_section_values_fail_at_startup(section: dict[str, Any], named: str) -> None:
+    with (override_settings(REDIS_PATTERNS=patterns(**section)),
+          pytest.raises(ConfigurationError) as info):
+        RateLimitMiddleware(lambda request: None)
+    assert named in str(info.value)

@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from ..conf import get_config
-from ..ratelimit.engine import Rule, acheck, add_headers, check
+from ..ratelimit.engine import Rule, acheck, add_headers, check, validate_section
 from ..ratelimit.rates import DEFAULT_ALGORITHM, validate_rules
 
 
@@ -53,6 +53,7 @@ class RateLimitMiddleware:
         section = get_config().feature("RATELIMIT")
         if section is not self._section:  # settings changed (override_settings)
             self._rules = compile_rules(section["RULES"])
+            validate_section(section)
             self._section = section
         return self._rules
 

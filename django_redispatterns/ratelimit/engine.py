@@ -26,7 +26,7 @@ from ..conf import get_config
 from ..exceptions import BackendUnavailable, ConfigurationError, RateLimited
 from ..signals import ratelimit_blocked
 from .algorithms import Decision, whole_seconds
-from .identity import KeyFunc, resolve_key
+from .identity import KeyFunc, resolve_key, trusted_networks
 from .limiter import RateLimiter, ahit_many, hit_many
 from .rates import DEFAULT_ALGORITHM, validate_methods
 
@@ -208,6 +208,17 @@ def _custom_view() -> Callable[..., Any] | None:
         raise ConfigurationError(
             f"REDIS_PATTERNS['RATELIMIT']['VIEW'] {path!r} cannot be imported: {exc}"
         ) from exc
+
+
+def validate_section(section: Any) -> None:
+    """Fail at startup on unusable TRUSTED_PROXIES, IPV6_PREFIX or VIEW, naming the value."""
+    trusted_networks(tuple(section["TRUSTED_PROXIES"]))
+    prefix = section["IPV6_PREFIX"]
+    if not 1 <= prefix <= 128:
+        raise ConfigurationError(
+            f"REDIS_PATTERNS['RATELIMIT']['IPV6_PREFIX'] must be 1..128, got {prefix!r}."
+        )
+    _custom_view()
 
 
 def _blocked_response(request: HttpRequest, blocked: list[Decision]) -> Any:

@@ -30,7 +30,7 @@ KeyFunc = Callable[[Any], "str | None"]
 
 
 @functools.lru_cache(maxsize=64)
-def _trusted(proxies: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+def trusted_networks(proxies: tuple[str, ...]) -> tuple[IPNetwork, ...]:
     networks = []
     for entry in proxies:
         try:
@@ -77,7 +77,7 @@ def client_ip(request: Any) -> str:
             f"{request.META.get('REMOTE_ADDR')!r}; behind a proxy that connects over a Unix "
             "socket, set RATELIMIT['TRUSTED_PROXIES'] or use a callable key."
         )
-    trusted = _trusted(tuple(section["TRUSTED_PROXIES"]))
+    trusted = trusted_networks(tuple(section["TRUSTED_PROXIES"]))
     address = remote
     if trusted and _is_trusted(remote, trusted):
         forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
