@@ -289,7 +289,7 @@ def test_heartbeat_keeps_a_1s_lock_through_a_3s_body(redis_client: redis.Redis) 
 def test_heartbeat_threads_do_not_outlive_their_locks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_heartbeat, "IDLE_SECONDS", 0.2)
     wait_until(lambda: _heartbeat.live_workers() == 0, 5)  # threads from earlier tests
-    locks = [Lock(f"pool-{i}", ttl=0.3) for i in range(3)]
+    locks = [Lock(f"pool-{i}", ttl=1) for i in range(3)]
     for lock in locks:
         assert lock.acquire()
     time.sleep(0.5)  # a few renewals each
