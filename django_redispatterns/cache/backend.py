@@ -117,15 +117,11 @@ class RedisCache(DjangoRedisCache):
             block_cap=stampede.block_cap(options.get("SOCKET_TIMEOUT")),
         )
         self._options = options
+        # django-redis builds its client from this class (lazily, in its ``client``
+        # property, which tests may patch): the same class plus envelope-aware decode.
+        self._client_cls = _client_class(self._client_cls)
 
     # --- client ---------------------------------------------------------------------
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:  # type: ignore[has-type]
-            cls = _client_class(self._client_cls)
-            self._client = cls(self._server, self._params, self)
-        return self._client
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so
@@ -267,7 +263,12 @@ class RedisCache(DjangoRedisCache):
         """Redis failed: with IGNORE_EXCEPTIONS log and return ``fallback``, else raise."""
         if not self._ignore_exceptions:
             raise exc
-        logger.warning("cache %s failed, continuing without Redis: %s", operation, exc)
+        if self._log_ignored_exceptions and self.logger is not None:
+            # The project routed these with DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS/_LOGGER:
+            # log exactly as django-redis does, once.
+            self.logger.exception("Exception ignored")
+        else:
+            logger.warning("cache %s failed, continuing without Redis: %s", operation, exc)
         return fallback
 
     # --- single flight ----------------------------------------------------------------

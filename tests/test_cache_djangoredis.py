@@ -1,0 +1,155 @@
+"""django-redis's own backend tests, run against ``django_redispatterns.cache.RedisCache``.
+
+Issue 4: "everything django-redis does keeps working: its own test suite's backend tests,
+run with our backend, must pass". django-redis publishes its tests in its sdist on PyPI, so
+this module fetches the sdist of the *installed* django-redis version with pip (cached in
+``$RP_DJANGO_REDIS_SDIST_DIR``, default ``<tmp>/rp-django-redis-sdist``), unpacks its
+``tests/`` into a temporary folder (nothing is copied into this repository) and rewrites
+only its settings modules: ``BACKEND`` becomes ours, ``LOCATION`` points at this run's
+private Redis, and ``OPTIONS["ALLOW_NO_TTL"] = True`` because those tests check Django's
+"``timeout=None`` means forever" contract, which our default refuses (SPEC D1).
+
+Then it runs each settings variant in its own subprocess, all at once. Variants left out:
+``sqlite_sentinel*`` (need a Sentinel on :26379) and ``sqlite_usock`` (a Redis on
+``/tmp/redis.sock``); tests left out are listed in ``DEVIATIONS`` with the reason. Without
+network access to PyPI the module skips and says why.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SDIST_DIR = Path(
+    os.environ.get("RP_DJANGO_REDIS_SDIST_DIR")
+    or Path(tempfile.gettempdir()) / "rp-django-redis-sdist"
+)
+MODULES = ["tests/test_backend.py", "tests/test_cache_options.py", "tests/test_session.py"]
+# Every settings variant of their suite except those needing servers we do not start.
+VARIANTS = ["sqlite", "sqlite_gzip", "sqlite_herd", "sqlite_json", "sqlite_lz4",
+            "sqlite_msgpack", "sqlite_sharding", "sqlite_zlib", "sqlite_zstd"]
+# Their tests we do not run, each with the reason (checked below where it is "upstream").
+DEVIATIONS = {
+    # Relies on clear() being FLUSHDB: it expects a key of *another* cache alias
+    # (KEY_PREFIX "*", written by an earlier test) to be gone. Our clear() deletes only its
+    # own prefix (SPEC 2, issue 4: clear() never wipes sessions, locks or other prefixes).
+    "test_custom_key_function": "clear() is scoped to KEY_PREFIX (deliberate)",
+    # Fails with plain django-redis too: msgpack decodes an IntEnum as a plain int.
+    "test_intenum and sqlite_msgpack": "upstream",
+    # Flaky with plain django-redis too: gzip.compress() stamps the current second into its
+    # output, so a set member encoded again a second later no longer matches (seen under
+    # load when all variants run at once).
+    "sqlite_gzip and (sinter or interstore or sdiff or sunion or srem or smove or sismember"
+    " or smismember)": "upstream, time-dependent",
+}
+
+def _sdist(version: str) -> Path:
+    name = f"django_redis-{version}.tar.gz"
+    archive = SDIST_DIR / name
+    if archive.exists():
+        return archive
+    SDIST_DIR.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+         ":all:", f"django-redis=={version}", "-d", str(SDIST_DIR)],
+        capture_output=True, text=True, timeout=300,
+    )
+    if result.returncode != 0 or not archive.exists():
+        pytest.skip(f"cannot download the django-redis {version} sdist: {result.stderr[-500:]}")
+    return archive
+
+
+def _rewrite_settings(path: Path, host: str, port: int) -> None:
+    text = path.read_text()
+    text = text.replace('"django_redis.cache.RedisCache"',
+                        '"django_redispatterns.cache.RedisCache"')
+    text = re.sub(r"127\.0\.0\.1:6379", f"{host}:{port}", text)
+    text = text.replace('"OPTIONS": {', '"OPTIONS": {"ALLOW_NO_TTL": True, ')
+    path.write_text(text)
+
+
+@pytest.fixture(scope="module")
+def suite(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    version = importlib.metadata.version("django-redis")
+    archive = _sdist(version)
+    root = tmp_path_factory.mktemp("django-redis-tests")
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers()
+                   if m.name.startswith(f"django_redis-{version}/tests/")]
+        tar.extractall(root, members=members, filter="data")
+    project = root / f"django_redis-{version}"
+    parts = urlsplit(redis_url)
+    for settings_file in (project / "tests" / "settings").glob("*.py"):
+        _rewrite_settings(settings_file, parts.hostname or "127.0.0.1", parts.port or 6379)
+    repo = Path(__file__).resolve().parent.parent
+    (project / "pytest.ini").write_text(f"[pytest]\npythonpath = . tests {repo}\n")
+    return project
+
+
+def _pytest(suite: Path, variant: str, selection: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": f"settings.{variant}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-c", "pytest.ini", "-q", "-p", "no:cacheprovider",
+         "-p", "no:django", "--timeout", "120", "-k", selection, *MODULES],
+        cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _selection(variant: str) -> str:
+    # Django reads its settings once per process, so each variant gets its own process
+    # (their conftest's per-test DJANGO_SETTINGS_MODULE switch only works for the first).
+    own = "not sqlite_" if variant == "sqlite" else variant
+    skipped = " and ".join(f"not ({expr})" for expr in DEVIATIONS)
+    return f"({own}) and {skipped}"
+
+
+@pytest.fixture(scope="module")
+def runs(suite: Path) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """All variants at once: their tests mostly sleep through expiries."""
+    started = {variant: _pytest(suite, variant, _selection(variant)) for variant in VARIANTS}
+    yield started
+    for process in started.values():
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_django_redis_suite_passes_with_our_backend(
+    suite: Path, runs: dict[str, subprocess.Popen[str]], variant: str
+) -> None:
+    output, _ = runs[variant].communicate(timeout=900)
+    summary = output[-3000:]
+    assert runs[variant].returncode == 0, f"django-redis tests [{variant}] failed:\n{summary}"
+    assert re.search(r"\d+ passed", summary), summary
+    text = (suite / "tests" / "settings" / f"{variant}.py").read_text()
+    assert "django_redispatterns.cache.RedisCache" in text  # the backend under test is ours
+
+
+def test_tests_left_out_as_upstream_failures_fail_with_plain_django_redis(suite: Path) -> None:
+    """Keep the deviation list honest: an "upstream" entry must fail without us too."""
+    for expr, reason in DEVIATIONS.items():
+        if reason != "upstream":
+            continue
+        variant = next((v for v in VARIANTS if v in expr), "sqlite")
+        settings_file = suite / "tests" / "settings" / f"{variant}.py"
+        original = settings_file.read_text()
+        settings_file.write_text(original.replace("django_redispatterns.cache.RedisCache",
+                                                  "django_redis.cache.RedisCache"))
+        try:
+            process = _pytest(suite, variant, expr)
+            output, _ = process.communicate(timeout=300)
+        finally:
+            settings_file.write_text(original)
+        assert process.returncode == 1 and " failed" in output, output[-2000:]
