@@ -7,7 +7,9 @@ Scenarios (one process, one Redis, interleaved rounds — see benchmarks/harness
 3. token bucket (GCRA): ours vs the floor (none of the anchors has one without a module);
 4. middleware overhead on a trivial view (one rule), vs the bare view.
 Rates are high enough that every decision is "allowed" (the common path). Ours includes
-identity hashing (HMAC) and key building; ``limits`` and django-ratelimit get a plain key.
+identity hashing (HMAC), key building, the D4 request-id marker and everything the headers
+need; ``limits`` gets a plain key and its ``hit()`` answers only yes/no, so it is also shown
+with the ``get_window_stats()`` call it needs for remaining/reset (ANCHORS 2.1 row 5).
 """
 
 from __future__ import annotations
@@ -83,12 +85,18 @@ def run() -> None:
         "raw EVALSHA floor (INCR)": _floor(client),
         "django-ratelimit is_ratelimited": lambda: drl.is_ratelimited(
             request, group="bench", key="ip", rate="1000000/h", increment=True),
-        "limits FixedWindow": lambda: fixed.hit(item, "bench-fixed", "203.0.113.9"),
+        "limits FixedWindow (hit only)": lambda: fixed.hit(item, "bench-fixed", "203.0.113.9"),
+        "limits FixedWindow + window stats": lambda: (
+            fixed.hit(item, "bench-fixed", "203.0.113.9"),
+            fixed.get_window_stats(item, "bench-fixed", "203.0.113.9")),
     })
     _scenario("rate limit decision: sliding window", {
         "ours sliding_window (exact log)": ours("sliding_window"),
         "raw EVALSHA floor (INCR)": _floor(client),
-        "limits MovingWindow": lambda: moving.hit(item, "bench-moving", "203.0.113.9"),
+        "limits MovingWindow (hit only)": lambda: moving.hit(item, "bench-moving", "203.0.113.9"),
+        "limits MovingWindow + window stats": lambda: (
+            moving.hit(item, "bench-moving", "203.0.113.9"),
+            moving.get_window_stats(item, "bench-moving", "203.0.113.9")),
         "limits SlidingWindowCounter": lambda: counter.hit(item, "bench-counter", "203.0.113.9"),
     })
     _scenario("rate limit decision: token bucket (GCRA)", {

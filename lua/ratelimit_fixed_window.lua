@@ -29,13 +29,12 @@ if cost == 0 then
   return {1, limit, limit - count, ttl, 0}
 end
 
-if rid ~= '' then
-  local seen = redis.call('GET', KEYS[2])
-  if seen then
-    local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-    if seen == '0' then return blocked(count) end
-    return {1, limit, math.max(limit - count, 0), math.max(redis.call('PTTL', KEYS[1]), 0), 0}
-  end
+-- The marker is claimed up front ('1'); a blocked hit rewrites it to '0' below. Only a
+-- re-sent call finds it taken, so the common path costs one SET NX.
+if rid ~= '' and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', tonumber(ARGV[5])) then
+  local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if redis.call('GET', KEYS[2]) == '0' then return blocked(count) end
+  return {1, limit, math.max(limit - count, 0), math.max(redis.call('PTTL', KEYS[1]), 0), 0}
 end
 
 local count = redis.call('INCRBY', KEYS[1], cost)
@@ -58,5 +57,4 @@ else
     ttl = window
   end
 end
-if rid ~= '' then redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[5])) end
 return {1, limit, limit - count, ttl, 0}

@@ -29,9 +29,11 @@ end
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 
-if cost > 0 and rid ~= '' then
-  local seen = redis.call('GET', KEYS[2])
-  if seen then return report(tonumber(seen), tat, 0) end
+-- The marker is claimed up front ('1'); a blocked hit rewrites it to '0' below. Only a
+-- re-sent call finds it taken, so the common path costs one SET NX.
+if cost > 0 and rid ~= '' and
+    not redis.call('SET', KEYS[2], '1', 'NX', 'PX', tonumber(ARGV[6])) then
+  return report(tonumber(redis.call('GET', KEYS[2])), tat, 0)
 end
 
 -- Half a µs of slack absorbs float rounding of a fractional interval.
@@ -54,7 +56,7 @@ elseif cost > burst then
 else
   retry = math.max(allow_at - now, 1000)
 end
-if rid ~= '' then
-  redis.call('SET', KEYS[2], allowed, 'PX', tonumber(ARGV[6]))
+if allowed == 0 and rid ~= '' then
+  redis.call('SET', KEYS[2], '0', 'PX', tonumber(ARGV[6]))
 end
 return report(allowed, tat, retry)
