@@ -71,9 +71,19 @@ def test_ten_threads_same_key_slow_view_runs_once(redis_client: redis.Redis) -> 
     assert after.content == firsts[0].content and after["Idempotent-Replayed"] == "true"
 
 
-def test_dik_eight_concurrent_processes_run_the_view_once(redis_url: str,
+@pytest.fixture
+def spawn_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Spawned children inherit the parent's Redis: their tests.settings may load early
+    (importing the worker's module pulls in DRF, which reads settings)."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.settings")
+    return redis_url
+
+
+def test_dik_eight_concurrent_processes_run_the_view_once(spawn_env: str,
                                                           redis_client: redis.Redis) -> None:
     # DIK: 8 concurrent requests with one key ran its view 8 times.
+    redis_url = spawn_env
     n = 4
     barrier = SPAWN.Barrier(n)
     queue = SPAWN.Queue()
@@ -121,8 +131,9 @@ def test_dik_unrelated_keys_are_not_blocked_by_one_global_lock(redis_client: red
 
 
 def test_crashed_holder_blocks_until_its_lease_ends_then_the_retry_runs(
-    redis_url: str, redis_client: redis.Redis
+    spawn_env: str, redis_client: redis.Redis
 ) -> None:
+    redis_url = spawn_env
     lease = 2.0
     proc = SPAWN.Process(target=child_hold,
                          args=(redis_url, "/charge/?sleep=60", "crash-1"), kwargs={"LEASE": lease})
