@@ -1,0 +1,92 @@
+"""Helpers shared by tests/test_cache*.py and their spawned worker processes (no tests here)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+
+PREFIX = "rptest-cache"
+
+
+def make_cache(url: str, **options: Any) -> Any:
+    """A fresh backend instance on ``url`` with extra OPTIONS."""
+    from django_redispatterns.cache import RedisCache
+
+    params: dict[str, Any] = {
+        "KEY_PREFIX": options.pop("KEY_PREFIX", PREFIX),
+        "TIMEOUT": options.pop("TIMEOUT", 300),
+        "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2, **options},
+    }
+    return RedisCache(url, params)
+
+
+def counting(client: redis.Redis, counter: str, value: Any = "computed", sleep: float = 0.0,
+             error: type[BaseException] | None = None) -> Any:
+    """A callable that counts its runs in Redis (visible across processes)."""
+
+    def compute() -> Any:
+        client.incr(counter)
+        client.expire(counter, 120)
+        if sleep:
+            time.sleep(sleep)
+        if error is not None:
+            raise error("computer failed")
+        return value
+
+    return compute
+
+
+def ttl_less_keys(client: redis.Redis) -> list[bytes]:
+    """Keys under the cache test prefix without a TTL (house rule I1)."""
+    return [k for k in client.scan_iter(match=f"{PREFIX}*", count=1000) if client.pttl(k) == -1]
+
+
+# --- spawned worker processes ------------------------------------------------------------
+
+
+def setup_django_child() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+
+
+def stampede_worker(url: str, key: str, counter: str, threads: int, start_at: float,
+                    results: Any) -> None:
+    """One process of the multi-process stampede: ``threads`` missers of ``key``."""
+    import threading
+
+    setup_django_child()
+    cache = make_cache(url, STAMPEDE_LEASE=10)
+    client = redis.Redis.from_url(url)
+    compute = counting(client, counter, value={"v": 42}, sleep=0.4)
+    got: list[Any] = []
+
+    def run() -> None:
+        time.sleep(max(0.0, start_at - time.time()))
+        got.append(cache.get_or_set(key, compute, 60))
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    results.put(got)
+
+
+def dying_computer(url: str, key: str, counter: str) -> None:
+    """Takes the compute lock, then hangs until the test SIGKILLs this process."""
+    setup_django_child()
+    cache = make_cache(url, STAMPEDE_LEASE=1.0)
+    client = redis.Redis.from_url(url)
+
+    def compute() -> Any:
+        client.incr(counter)
+        client.expire(counter, 120)
+        time.sleep(600)
+        return "never"
+
+    cache.get_or_set(key, compute, 60)
