@@ -215,7 +215,6 @@ class SessionStore(SessionBase):
 
     def __init__(self, session_key: str | None = None) -> None:
         super().__init__(session_key)
-        self._created_ms: str | None = None
         self._activity_ms: int | None = None
         self.activity_recorded = False
         self.backend_error: BaseException | None = None
@@ -251,7 +250,10 @@ class SessionStore(SessionBase):
         sid = session_handle(key)
         data_key = _data_key(key[:32], sid)
         try:
-            raw, created, activity = _client().hmget(data_key, ["d", "c", "a"])
+            if current_activity.get() is None:  # no activity middleware: data only
+                raw, activity = _client().hget(data_key, "d"), None
+            else:
+                raw, activity = _client().hmget(data_key, ["d", "a"])
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, "load") from exc
         except redis.exceptions.ResponseError:
@@ -265,7 +267,6 @@ class SessionStore(SessionBase):
             # Corrupt or tampered data: start afresh under a new key, never reuse this one.
             self._session_key = None
             return {}
-        self._created_ms = _text(created) if created is not None else None
         self._activity_ms = int(activity) if activity is not None else None
         user_id = session.get(SESSION_KEY)
         if user_id is not None and user_tag(str(user_id)) != key[:32]:
@@ -351,7 +352,6 @@ class SessionStore(SessionBase):
             "c" if create else "u", self.encode(data), ttl_ms, sid,
             "1" if user_id is not None else "0",
             secrets.token_hex(8) if create else "",
-            self._created_ms or "",
         ]
         if activity is not None:
             args += ["1", activity[0], activity[1]]
@@ -405,12 +405,10 @@ class SessionStore(SessionBase):
             raise self._unavailable(exc, "delete") from exc
 
     def cycle_key(self) -> None:
-        self._created_ms = None
-        self._activity_ms = None
+        self._activity_ms = None  # a new key: its activity is recorded afresh
         super().cycle_key()
 
     def flush(self) -> None:
-        self._created_ms = None
         self._activity_ms = None
         super().flush()
 

@@ -204,7 +204,7 @@ def test_a_retried_create_succeeds_once(redis_client: redis.Redis) -> None:
     key = store._get_new_session_key()
     keys = [data_key(key), f"rptest:sess:{{{key[:32]}}}:u"]
     args: list[str | int] = ["c", store.encode({}), 60_000, session_handle(key), "0", "req-1",
-                             "", "0", "", ""]
+                             "0", "", ""]
     save = scripts.script("session_save")
     assert save(redis_client, keys, args) == 1
     assert save(redis_client, keys, args) == 1  # the retry finds its own key
