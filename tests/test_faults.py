@@ -123,7 +123,7 @@ def assert_healthy_before(browser: Browser) -> dict[str, Any]:
     assert {k: r.status_code for k, r in before.items()} == {
         "rl": 200, "sess": 200, "charge": 201, "cache": 200, "job": 200}
     assert before["sess"].json() == {"n": 1}
-    assert urls_faults.RUNS == {"charge": 1, "compute": 1}
+    assert urls_faults.RUNS == {"charge": 1, "compute": 1, "job": 1}
     return before
 
 
@@ -146,6 +146,7 @@ def test_kill_and_restart_without_persistence(app: RedisServer) -> None:
     assert_policies_during_outage(during)
     assert during["cache"].json() == {"report": 2}  # computed, not served
     assert urls_faults.RUNS["charge"] == 1  # the idempotent view did not run
+    assert urls_faults.RUNS["job"] == 1  # nor did the locked job
 
     app.start()  # an empty dataset: what a restart without persistence means
     after = browser.everything()
@@ -251,6 +252,41 @@ def test_rate_limit_fail_closed_answers_503_within_the_bound(app: RedisServer) -
         assert response.status_code == 503
         assert browser.request("get", "/rl/").status_code == 200
     connection.reset_clients()
+
+
+@pytest.mark.parametrize(
+    ("feature", "method", "path", "status", "ran"),
+    [
+        # the view changed the session, then Redis died before the save: 503, cookie kept
+        ("sess", "get", "/sess/", 503, None),
+        # the view ran (its side effect is real) but its answer could not be stored: the
+        # client still gets the real response; a retry may run it again (SPEC D5)
+        ("charge", "post", "/charge/", 201, "charge"),
+        # the value was computed; storing it failed (logged): served anyway
+        ("compute", "get", "/cache/", 200, "compute"),
+        # the job ran inside the lock; the release failed: leaving the block raises
+        # BackendUnavailable (the lease ends by its TTL), so the caller learns it
+        ("job", "post", "/job/", 503, "job"),
+    ],
+)
+def test_redis_killed_in_the_middle_of_each_operation(
+    app: RedisServer, feature: str, method: str, path: str, status: int, ran: str | None
+) -> None:
+    browser = Browser()
+    assert browser.request("get", "/sess/").status_code == 200
+    urls_faults.RUNS.clear()
+    urls_faults.HOOKS[feature] = app.kill  # SIGKILL from inside the operation
+    headers = {"Idempotency-Key": "mid-1"} if feature == "charge" else {}
+    response = browser.request(method, path, **headers)
+    assert response.status_code == status, response.content
+    assert not cookie_deleted(response)
+    if ran is not None:
+        assert urls_faults.RUNS[ran] == 1
+    app.start()
+    again = browser.request(method, path, **headers)
+    assert again.status_code in (200, 201)  # recovered without an app restart
+    if feature == "charge":  # nothing was stored: the retry runs the view again
+        assert urls_faults.RUNS["charge"] == 2
 
 
 def test_demoted_primary_behind_a_plain_url_follows_each_policy_and_recovers(
