@@ -480,3 +480,71 @@ def test_load_and_save_are_one_round_trip_each_including_the_index() -> None:
     assert round_trips(again.cycle_key) == 2  # create the new key, delete the old
     assert [s.is_current for s in user_sessions("5", current=again.session_key)] == [True]
     assert round_trips(again.delete) == 1
+
+
+# --- races (regressions of django-redis-sessions and Django's cache engine) ------------------
+
+
+def test_concurrent_creates_of_one_key_let_exactly_one_win() -> None:
+    """django-redis-sessions checks exists() then SETEX: two creates can both 'succeed'."""
+    import threading
+
+    key = SessionStore()._get_new_session_key()
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def create(i: int) -> None:
+        store = SessionStore(key)
+        store._session_cache = {"writer": i}  # type: ignore[attr-defined]
+        barrier.wait()
+        try:
+            store.save(must_create=True)
+            outcomes.append("created")
+        except CreateError:
+            outcomes.append("collision")
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["collision"] * 7 + ["created"]
+    SessionStore(key).delete()
+
+
+def test_saves_racing_a_delete_never_bring_the_session_back(redis_client: redis.Redis) -> None:
+    """Django's cache engine GETs then SETs: a save landing after a delete resurrects."""
+    import threading
+
+    first = SessionStore()
+    first["n"] = 0
+    first.save()
+    key = first.session_key
+    deleted = threading.Event()
+    late_saves: list[str] = []
+
+    def keep_saving() -> None:
+        for n in range(300):
+            store = SessionStore(key)
+            if store.get("n") is None:  # loaded after the delete: nothing to save
+                return
+            store["n"] = n
+            was_deleted = deleted.is_set()
+            try:
+                store.save()
+                if was_deleted:
+                    late_saves.append("saved after the delete")
+            except UpdateError:
+                pass
+
+    threads = [threading.Thread(target=keep_saving) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    SessionStore().delete(key)
+    deleted.set()
+    for t in threads:
+        t.join(30)
+    assert late_saves == []
+    assert SessionStore().exists(key) is False
+    assert all_keys(redis_client) == []
