@@ -123,8 +123,10 @@ E008 = Message(
 )
 E009 = Message(
     Error, "E009",
-    "SessionActivityMiddleware comes before SessionMiddleware in MIDDLEWARE.",
-    "It records activity on request.session; move it after "
+    "SessionActivityMiddleware comes after SessionMiddleware in MIDDLEWARE.",
+    "It must wrap SessionMiddleware to see failures of the session save (and answer 503 "
+    "with the cookie kept when Redis is down). Put "
+    "django_redispatterns.middleware.SessionActivityMiddleware directly above "
     "django.contrib.sessions.middleware.SessionMiddleware.",
 )
 W003 = Message(
@@ -421,7 +423,7 @@ def check_middleware_order(app_configs: Any = None, **kwargs: Any) -> list[Check
 
     activity = _position(middleware, "SessionActivityMiddleware", ours=True)
     if activity is not None:
-        if session is not None and activity < session:
+        if session is not None and activity > session:
             messages.append(E009(obj="MIDDLEWARE"))
         engine = getattr(settings, "SESSION_ENGINE", "")
         if engine != OUR_SESSION_ENGINE:
