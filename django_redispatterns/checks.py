@@ -99,20 +99,12 @@ W002 = Message(
     "Anyone who can write to this Redis can then run code in your app when a session is "
     "loaded. Use django.contrib.sessions.serializers.JSONSerializer (the default).",
 )
-E006 = Message(
-    Error, "E006",
-    "IdempotencyMiddleware comes before AuthenticationMiddleware in MIDDLEWARE.",
-    "Idempotency keys are scoped to the authenticated user; before authentication there is "
-    "no user, so one user's key could replay another's response. Move "
-    "django_redispatterns.middleware.IdempotencyMiddleware after "
-    "django.contrib.auth.middleware.AuthenticationMiddleware.",
-)
-E007 = Message(
-    Error, "E007",
-    "IdempotencyMiddleware comes before SessionMiddleware in MIDDLEWARE.",
-    "Anonymous requests are scoped to their session, which does not exist yet at that "
-    "point. Move django_redispatterns.middleware.IdempotencyMiddleware after "
-    "django.contrib.sessions.middleware.SessionMiddleware.",
+W004 = Message(
+    Warning, "W004",
+    "IdempotencyMiddleware comes before {blocker} in MIDDLEWARE.",
+    "IdempotencyMiddleware claims the key in process_view, and process_view hooks run in "
+    "MIDDLEWARE order. A refusal from a later one (CSRF's 403) happens after the claim, so "
+    "it is stored and replayed for the key's TTL. Put IdempotencyMiddleware last.",
 )
 E008 = Message(
     Error, "E008",
@@ -188,7 +180,7 @@ I001 = Message(
 )
 
 MESSAGES: tuple[Message, ...] = (
-    E001, W001, E002, E003, E004, W002, E006, E007, E008, E009, W003,
+    E001, W001, E002, E003, E004, W002, W004, E008, E009, W003,
     W010, W011, W012, W013, W014, W015, E010, E011, I001,
 )
 
@@ -352,6 +344,7 @@ def _pickles(serializer: str) -> bool:
 
 _AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 _SESSION = "django.contrib.sessions.middleware.SessionMiddleware"
+_CSRF = "django.middleware.csrf.CsrfViewMiddleware"
 
 
 def _ours(name: str) -> tuple[str, str]:
@@ -399,18 +392,19 @@ def _user_keyed_rules(config: Config | None) -> list[str]:
 
 @register(TAG, Tags.security)
 def check_middleware_order(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E006-E009, W003: our middleware placed where it cannot see what it needs."""
+    """W004, E008, E009, W003: our middleware placed where it cannot do its job."""
     middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
     auth = _position(middleware, _AUTH, ours=False)
     session = _position(middleware, _SESSION, ours=False)
     messages: list[CheckMessage] = []
 
+    # Idempotency decides in process_view, after every middleware's request phase, so
+    # request.user and request.session exist wherever it sits; what its position decides
+    # is whose process_view refusals come after its claim.
     idem = _position(middleware, "IdempotencyMiddleware", ours=True)
-    if idem is not None:
-        if auth is not None and idem < auth:
-            messages.append(E006(obj="MIDDLEWARE"))
-        if session is not None and idem < session:
-            messages.append(E007(obj="MIDDLEWARE"))
+    csrf = _position(middleware, _CSRF, ours=False)
+    if idem is not None and csrf is not None and idem < csrf:
+        messages.append(W004(obj="MIDDLEWARE", blocker="CsrfViewMiddleware"))
 
     limiter = _position(middleware, "RateLimitMiddleware", ours=True)
     if limiter is not None:

@@ -21,13 +21,13 @@ from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redispatterns import checks
 from django_redispatterns.checks import (
     E001,
-    E006,
     E008,
     E010,
     MESSAGES,
     W001,
     W002,
     W003,
+    W004,
 )
 
 AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -222,7 +222,7 @@ def test_json_sessions_and_other_engines_are_quiet() -> None:
         assert checks.check_session_serializer() == []
 
 
-# --- E006-E009, W003: middleware order ---------------------------------------------------
+# --- W004, E008, E009, W003: middleware order-----------------------------------------------
 
 
 class ProjectAuthMiddleware(AuthenticationMiddleware):
@@ -234,20 +234,23 @@ def order(*middleware: str, **extra: Any) -> list[str]:
         return ids(checks.check_middleware_order())
 
 
-def test_idempotency_before_authentication_is_an_error() -> None:
-    with override_settings(MIDDLEWARE=[SESSION, IDEM, AUTH]):
-        assert checks.check_middleware_order() == [E006(obj="MIDDLEWARE")]
-    assert order(SESSION, f"{__name__}.ProjectAuthMiddleware", IDEM) == []
-    assert order(SESSION, IDEM, f"{__name__}.ProjectAuthMiddleware") == ["redispatterns.E006"]
+CSRF = "django.middleware.csrf.CsrfViewMiddleware"
+
+
+def test_idempotency_before_csrf_warns() -> None:
+    with override_settings(MIDDLEWARE=[SESSION, IDEM, CSRF, AUTH]):
+        assert checks.check_middleware_order() == [
+            W004(obj="MIDDLEWARE", blocker="CsrfViewMiddleware")]
     # The submodule path is the same class.
     assert order(SESSION, "django_redispatterns.middleware.idempotency.IdempotencyMiddleware",
-                 AUTH) == ["redispatterns.E006"]
+                 CSRF) == ["redispatterns.W004"]
+    assert order(SESSION, CSRF, AUTH, IDEM) == []
 
 
-def test_idempotency_before_sessions_is_an_error() -> None:
-    assert order(IDEM, SESSION, AUTH) == ["redispatterns.E006", "redispatterns.E007"]
-    assert order(SESSION, AUTH, IDEM) == []
-    assert order(IDEM) == []  # an API without sessions or auth middleware: nothing to order
+def test_idempotency_may_sit_before_sessions_and_authentication() -> None:
+    # It decides in process_view, after every request phase: user and session exist there.
+    assert order(IDEM, SESSION, AUTH) == []
+    assert order(IDEM) == []
 
 
 USER_RULES = {"RATELIMIT": {"RULES": [{"path": "^/api/", "rate": "5/m", "key": "user"}]}}
@@ -259,6 +262,10 @@ def test_user_keyed_rate_limits_need_authentication_first() -> None:
             E008(obj="MIDDLEWARE", rules="#0 '^/api/'", where="before AuthenticationMiddleware")]
     assert order(LIMIT, REDIS_PATTERNS=USER_RULES) == ["redispatterns.E008"]
     assert order(SESSION, AUTH, LIMIT, REDIS_PATTERNS=USER_RULES) == []
+    assert order(SESSION, f"{__name__}.ProjectAuthMiddleware", LIMIT,
+                 REDIS_PATTERNS=USER_RULES) == []  # a subclass provides request.user too
+    assert order(SESSION, LIMIT, f"{__name__}.ProjectAuthMiddleware",
+                 REDIS_PATTERNS=USER_RULES) == ["redispatterns.E008"]
     ip_rules = {"RATELIMIT": {"RULES": [{"path": "^/api/", "rate": "5/m", "key": "ip"}]}}
     assert order(LIMIT, SESSION, AUTH, REDIS_PATTERNS=ip_rules) == []
 
