@@ -218,6 +218,10 @@ class SessionStore(SessionBase):
         self._activity_ms: int | None = None
         self.activity_recorded = False
         self.backend_error: BaseException | None = None
+        # (ip, user agent) set by SessionActivityMiddleware when it runs inside
+        # SessionMiddleware; outside it, the ``current_activity`` context variable says it.
+        self.pending_activity: tuple[str, str] | None = None
+        self._saved_state: tuple[str | None, bytes, int] | None = None
 
     # -- keys ------------------------------------------------------------------------
 
@@ -250,7 +254,7 @@ class SessionStore(SessionBase):
         sid = session_handle(key)
         data_key = _data_key(key[:32], sid)
         try:
-            if current_activity.get() is None:  # no activity middleware: data only
+            if self._activity() is None:  # no activity middleware: the data only
                 raw, activity = _client().hget(data_key, "d"), None
             else:
                 raw, activity = _client().hmget(data_key, ["d", "a"])
@@ -324,6 +328,10 @@ class SessionStore(SessionBase):
             return self.create()
         key = self.session_key
         data = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
+        serialized: bytes = self.serializer().dumps(data)
+        ttl_ms = int(self.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
+        if not must_create and self._saved_state == (key, serialized, ttl_ms // 1000):
+            return  # this very state was saved moments ago (by SessionActivityMiddleware)
         user_id = data.get(SESSION_KEY)
         user_id = str(user_id) if user_id not in (None, "") else None
         if user_id is not None and user_tag(user_id) != key[:32]:
@@ -331,25 +339,27 @@ class SessionStore(SessionBase):
                 self._session_key = self._get_new_session_key()
                 key = self.session_key
             else:
-                return self._move(data, user_id)
-        if not self._run_save(key, data, user_id, create=must_create):
+                self._move(serialized, ttl_ms, user_id)
+                self._saved_state = (self.session_key, serialized, ttl_ms // 1000)
+                return
+        if not self._run_save(key, serialized, ttl_ms, user_id, create=must_create):
             raise CreateError if must_create else UpdateError
+        self._saved_state = (key, serialized, ttl_ms // 1000)
 
-    def _run_save(self, key: str, data: dict[str, Any], user_id: str | None, *,
+    def _run_save(self, key: str, serialized: bytes, ttl_ms: int, user_id: str | None, *,
                   create: bool) -> bool:
         data_key, index_key, sid = _keys_of(key)
-        args = self._save_args(data, sid, user_id, create=create)
+        args = self._save_args(serialized, ttl_ms, sid, user_id, create=create)
         try:
             return bool(scripts.script("session_save")(_client(), [data_key, index_key], args))
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, "save") from exc
 
-    def _save_args(self, data: dict[str, Any], sid: str, user_id: str | None, *,
+    def _save_args(self, serialized: bytes, ttl_ms: int, sid: str, user_id: str | None, *,
                    create: bool) -> list[str | int]:
-        ttl_ms = int(self.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
-        activity = self._activity_due(current_activity.get(), new=create)
+        activity = self._activity_due(self._activity(), new=create)
         args: list[str | int] = [
-            "c" if create else "u", self.encode(data), ttl_ms, sid,
+            "c" if create else "u", sign_session(serialized, self.key_salt), ttl_ms, sid,
             "1" if user_id is not None else "0",
             secrets.token_hex(8) if create else "",
         ]
@@ -360,7 +370,7 @@ class SessionStore(SessionBase):
             args += ["0", "", ""]
         return args
 
-    def _move(self, data: dict[str, Any], user_id: str) -> None:
+    def _move(self, serialized: bytes, ttl_ms: int, user_id: str) -> None:
         """Re-key a session whose user changed: the old key goes, a new one is created.
 
         One pipeline: the old key is removed only if it still exists (else ``UpdateError``
@@ -375,7 +385,7 @@ class SessionStore(SessionBase):
             (scripts.script("session_delete"), [old_data, old_index],
              [old_sid, secrets.token_hex(8)]),
             (scripts.script("session_save"), [new_data, new_index],
-             self._save_args(data, new_sid, user_id, create=True)),
+             self._save_args(serialized, ttl_ms, new_sid, user_id, create=True)),
         ]
         try:
             moved, created = scripts.run_many(_client(), calls)
@@ -388,7 +398,7 @@ class SessionStore(SessionBase):
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, "save") from exc
         if not created:  # a collision of 165 random bits; try once more under another key
-            return self._move(data, user_id)
+            return self._move(serialized, ttl_ms, user_id)
         self._session_key = new_key
 
     def delete(self, session_key: str | None = None) -> None:
@@ -398,6 +408,8 @@ class SessionStore(SessionBase):
             session_key = self.session_key
         if not _is_ours(session_key):
             return
+        if session_key == self.session_key:
+            self._saved_state = None
         data_key, index_key, sid = _keys_of(session_key)
         try:
             scripts.script("session_delete")(_client(), [data_key, index_key], [sid, ""])
@@ -417,6 +429,11 @@ class SessionStore(SessionBase):
         """Nothing to do: Redis expires sessions and :func:`user_sessions` prunes indexes."""
 
     # -- activity ----------------------------------------------------------------------
+
+    def _activity(self) -> tuple[str, str] | None:
+        if self.pending_activity is not None:
+            return self.pending_activity
+        return current_activity.get()
 
     def _activity_due(self, activity: tuple[str, str] | None, *,
                       new: bool) -> tuple[str, str] | None:

@@ -19,22 +19,27 @@ from django_redispatterns.sessions import user_sessions
 from tests import urls_sessions
 from tests.redis_servers import RedisServer
 
-MIDDLEWARE = [
-    "django_redispatterns.middleware.SessionActivityMiddleware",
+INNER = [
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django_redispatterns.middleware.SessionActivityMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
 ]
+OUTER = [INNER[1], INNER[0], INNER[2]]
+WITHOUT = [INNER[0], INNER[2]]
 
 pytestmark = [pytest.mark.django_db, pytest.mark.topology, pytest.mark.urls("tests.urls_sessions")]
 
 
-@pytest.fixture
-def server(redis_server_factory: Callable[..., RedisServer]) -> Iterator[RedisServer]:
+@pytest.fixture(params=["inner", "outer"])
+def server(redis_server_factory: Callable[..., RedisServer],
+           request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A throwaway Redis for the sessions; the middleware after or above SessionMiddleware."""
     node = redis_server_factory()
     config = {"CONNECTION": "default", "KEY_PREFIX": "rptest", "SOCKET_TIMEOUT": 0.5,
               "SOCKET_CONNECT_TIMEOUT": 0.5, "SESSIONS": {"CONNECTION": node.url}}
+    middleware = INNER if request.param == "inner" else OUTER
     with override_settings(SESSION_ENGINE="django_redispatterns.sessions",
-                           MIDDLEWARE=MIDDLEWARE, REDIS_PATTERNS=config):
+                           MIDDLEWARE=middleware, REDIS_PATTERNS=config):
         yield node
     urls_sessions.during_view.clear()
     if node.process is not None and node.process.poll() is None:
@@ -126,7 +131,7 @@ def test_without_the_middleware_it_is_a_500_but_the_cookie_still_stays(
 ) -> None:
     cookie = signed_in().cookies["sessionid"].value
     server.kill()
-    with override_settings(MIDDLEWARE=MIDDLEWARE[1:]):
+    with override_settings(MIDDLEWARE=WITHOUT):
         client = Client(raise_request_exception=False)  # a new handler: new middleware
         client.cookies["sessionid"] = cookie
         response = client.get("/whoami/")
@@ -182,3 +187,21 @@ def test_async_stack_503_and_recovery(server: RedisServer, alice: Any) -> None:
     assert down.status_code == 503
     assert_cookie_untouched(down)
     assert up.status_code == 200 and up.json()["user"] == "alice"
+
+
+def test_save_every_request_with_an_untouched_session_is_one_503(server: RedisServer,
+                                                                 alice: Any) -> None:
+    """SESSION_SAVE_EVERY_REQUEST makes SessionMiddleware read a session no view touched."""
+    client = signed_in()
+    server.kill()
+    with override_settings(SESSION_SAVE_EVERY_REQUEST=True):
+        response = client.get("/untouched/")
+    assert response.status_code == 503
+    assert_cookie_untouched(response)
+
+
+def test_a_revocation_during_the_request_is_still_djangos_400(server: RedisServer,
+                                                              alice: Any) -> None:
+    client = signed_in()
+    response = client.get("/revoked-while-running/")
+    assert response.status_code == 400  # SessionInterrupted, in either position

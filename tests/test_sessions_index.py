@@ -21,8 +21,6 @@ from django.core.management.base import CommandError
 from django.test import Client, override_settings
 
 from django_redispatterns import scripts, signals
-from django_redispatterns.exceptions import ConfigurationError
-from django_redispatterns.middleware.sessions import SessionActivityMiddleware
 from django_redispatterns.sessions import (
     SessionStore,
     logout_everywhere,
@@ -38,6 +36,8 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
 ]
+# The middleware also works right after SessionMiddleware (it then saves the session itself).
+INNER_MIDDLEWARE = [MIDDLEWARE[1], MIDDLEWARE[0], MIDDLEWARE[2]]
 
 pytestmark = [
     pytest.mark.django_db,
@@ -408,10 +408,21 @@ def test_anonymous_sessions_get_no_activity_writes(redis_client: redis.Redis) ->
     assert redis_client.hget(name, "ua") is None
 
 
-def test_middleware_must_sit_above_session_middleware() -> None:
-    with override_settings(MIDDLEWARE=list(reversed(MIDDLEWARE[:2]))), \
-            pytest.raises(ConfigurationError, match="above"):
-        SessionActivityMiddleware(lambda request: None)
+@pytest.mark.parametrize("middleware", [MIDDLEWARE, INNER_MIDDLEWARE], ids=["outer", "inner"])
+def test_activity_is_recorded_in_the_login_save_in_either_position(
+    redis_client: redis.Redis, middleware: list[str]
+) -> None:
+    user = make_user()
+    with override_settings(MIDDLEWARE=middleware):
+        client = device(agent="phone")
+        saves_before = int(redis_client.info("commandstats").get("cmdstat_evalsha", {})
+                           .get("calls", 0))
+        client.get("/write/again/")  # a save: SessionMiddleware's second save is a no-op
+        saves = int(redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]) - saves_before
+    (info,) = user_sessions(user)
+    assert (info.user_agent, info.ip) == ("phone", "203.0.113.0/24")
+    assert info.last_activity is not None
+    assert saves == 1
 
 
 # --- operator command ---------------------------------------------------------------------

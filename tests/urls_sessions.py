@@ -68,7 +68,12 @@ def revoked_while_running(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"data": "after"})
 
 
+def untouched(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("no session access")
+
+
 urlpatterns = [
+    path("untouched/", untouched),
     path("whoami/", whoami),
     path("write/<str:value>/", write),
     path("login/", do_login),

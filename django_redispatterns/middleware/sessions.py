@@ -1,6 +1,7 @@
 """``SessionActivityMiddleware``: device metadata for the session index, and SPEC D3.
 
-Install it directly **above** Django's ``SessionMiddleware``::
+Install it directly **above** Django's ``SessionMiddleware`` (the system check
+``redispatterns.E009`` says so)::
 
     MIDDLEWARE = [
         ...,
@@ -18,7 +19,9 @@ It does two things:
 * turns a request that failed because the session store was unreachable into a **503**
   with ``Retry-After`` and no ``Set-Cookie`` — the browser keeps its session cookie and the
   user is still signed in once Redis is back (Django's cache engine deletes the cookie).
-  Sitting outside ``SessionMiddleware`` lets it see failures of the session save too.
+  Wrapping ``SessionMiddleware`` lets it see a failed session save too. Placed after
+  ``SessionMiddleware`` instead, it keeps the same guarantees by saving the session itself
+  (``SessionMiddleware``'s own save of that same state is then a no-op).
 """
 
 from __future__ import annotations
@@ -31,17 +34,17 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
+from django.contrib.sessions.backends.base import UpdateError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import keys
 from ..conf import get_config
-from ..exceptions import ConfigurationError
+from ..exceptions import BackendUnavailable
 from ..sessions import USER_AGENT_MAX, SessionStore, current_activity
 
 logger = logging.getLogger("django_redispatterns.sessions")
 
 RETRY_AFTER_SECONDS = 5
-DJANGO_SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
 
 
 def stored_ip(address: str) -> str:
@@ -81,18 +84,6 @@ def unavailable_response() -> HttpResponse:
     return response
 
 
-def _check_order() -> None:
-    names = [str(m) for m in getattr(settings, "MIDDLEWARE", [])]
-    ours = [i for i, m in enumerate(names) if m.endswith("SessionActivityMiddleware")]
-    if ours and DJANGO_SESSION_MIDDLEWARE in names and ours[0] > names.index(
-        DJANGO_SESSION_MIDDLEWARE
-    ):
-        raise ConfigurationError(
-            "MIDDLEWARE: put 'django_redispatterns.middleware.SessionActivityMiddleware' "
-            f"above {DJANGO_SESSION_MIDDLEWARE!r}, so that it sees failures of the session save."
-        )
-
-
 class SessionActivityMiddleware:
     """Records session activity and answers 503 (cookie untouched) when Redis is down."""
 
@@ -100,7 +91,6 @@ class SessionActivityMiddleware:
     async_capable = True
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        _check_order()
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
         if self.async_mode:
@@ -109,32 +99,64 @@ class SessionActivityMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
-        activity = activity_of(request)
+        activity, inner = self.start(request)
         token = current_activity.set(activity)
         try:
             response = self.get_response(request)
         finally:
             current_activity.reset(token)
-        return self.finish(request, response, activity)
+        return self.finish(request, response, activity, inner)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        activity = activity_of(request)
+        activity, inner = self.start(request)
         token = current_activity.set(activity)
         try:
             response = await self.get_response(request)
         finally:
             current_activity.reset(token)
-        return await sync_to_async(self.finish)(request, response, activity)
+        return await sync_to_async(self.finish)(request, response, activity, inner)
+
+    def start(self, request: HttpRequest) -> tuple[tuple[str, str], bool]:
+        """This request's activity, and whether we run inside SessionMiddleware."""
+        activity = activity_of(request)
+        session = getattr(request, "session", None)
+        inner = isinstance(session, SessionStore)
+        if inner:
+            session.pending_activity = activity  # type: ignore[union-attr]
+        return activity, inner
 
     def finish(self, request: HttpRequest, response: HttpResponseBase,
-               activity: tuple[str, str]) -> HttpResponseBase:
+               activity: tuple[str, str], inner: bool) -> HttpResponseBase:
         session = getattr(request, "session", None)
         if not isinstance(session, SessionStore):
             return response
         if session.backend_error is not None and response.status_code >= 500:
-            logger.warning("%s %s: session store unavailable, answering 503 (cookie kept)",
-                           request.method, request.path)
-            return unavailable_response()
-        if response.status_code < 500:
-            session.record_activity(activity)
+            return self.unavailable(request, session)
+        if response.status_code >= 500:
+            return response
+        if inner and _will_be_saved(session):
+            # Save here, where a failure can still become a 503; SessionMiddleware's own
+            # save() of the same state right after is a no-op.
+            try:
+                session.save()
+            except BackendUnavailable:
+                return self.unavailable(request, session)
+            except UpdateError:
+                pass  # SessionMiddleware's save raises it again: 400, as Django answers
+            return response
+        session.record_activity(activity)
         return response
+
+    def unavailable(self, request: HttpRequest, session: SessionStore) -> HttpResponse:
+        logger.warning("%s %s: session store unavailable, answering 503 (cookie kept)",
+                       request.method, request.path)
+        if not hasattr(session, "_session_cache"):
+            # Inside SessionMiddleware: it neither saves nor sets a cookie on a 5xx, but it
+            # reads the expiry first; an empty cache stops it from calling Redis again.
+            session._session_cache = {}  # type: ignore[attr-defined]
+        return unavailable_response()
+
+
+def _will_be_saved(session: SessionStore) -> bool:
+    """SessionMiddleware's own test for saving a session (status < 500 checked apart)."""
+    return (session.modified or settings.SESSION_SAVE_EVERY_REQUEST) and not session.is_empty()
