@@ -33,7 +33,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Above SessionMiddleware: device metadata, and 503 (cookie kept) when Redis is down.
+    # Directly above SessionMiddleware: device metadata for "your sessions", and 503 with
+    # the cookie kept when Redis is down.
     "django_redispatterns.middleware.SessionActivityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
