@@ -7,6 +7,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -22,8 +23,11 @@ ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
 
 
 @pytest.fixture(autouse=True)
-def _clean(redis_client: redis.Redis) -> redis.Redis:
-    return redis_client
+def _every_key_expires(redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    """After every scenario: each rate-limit key this module wrote has a TTL (SPEC 0)."""
+    yield redis_client
+    for key in redis_client.scan_iter(match="rptest:rl:*", count=1000):
+        assert redis_client.pttl(key) != -1, key
 
 
 def rl_keys(client: redis.Redis) -> list[bytes]:
