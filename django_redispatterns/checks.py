@@ -115,11 +115,11 @@ E008 = Message(
 )
 E009 = Message(
     Error, "E009",
-    "SessionActivityMiddleware comes after SessionMiddleware in MIDDLEWARE.",
-    "It must wrap SessionMiddleware to see failures of the session save (and answer 503 "
-    "with the cookie kept when Redis is down). Put "
-    "django_redispatterns.middleware.SessionActivityMiddleware directly above "
-    "django.contrib.sessions.middleware.SessionMiddleware.",
+    "SessionActivityMiddleware is installed but SessionMiddleware is not.",
+    "Without request.session it records nothing and cannot answer 503 when Redis is down. "
+    "Add django.contrib.sessions.middleware.SessionMiddleware, directly below "
+    "django_redispatterns.middleware.SessionActivityMiddleware (recommended; below it "
+    "works too).",
 )
 W003 = Message(
     Warning, "W003",
@@ -417,7 +417,9 @@ def check_middleware_order(app_configs: Any = None, **kwargs: Any) -> list[Check
 
     activity = _position(middleware, "SessionActivityMiddleware", ours=True)
     if activity is not None:
-        if session is not None and activity > session:
+        # Either side of SessionMiddleware keeps its guarantees (above is recommended: it
+        # then also sees a failed save; below, it saves the session itself).
+        if session is None:
             messages.append(E009(obj="MIDDLEWARE"))
         engine = getattr(settings, "SESSION_ENGINE", "")
         if engine != OUR_SESSION_ENGINE:

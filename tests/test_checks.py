@@ -22,6 +22,7 @@ from django_redispatterns import checks
 from django_redispatterns.checks import (
     E001,
     E008,
+    E009,
     E010,
     MESSAGES,
     W001,
@@ -270,10 +271,12 @@ def test_user_keyed_rate_limits_need_authentication_first() -> None:
     assert order(LIMIT, SESSION, AUTH, REDIS_PATTERNS=ip_rules) == []
 
 
-def test_session_activity_must_wrap_sessions_and_needs_our_engine() -> None:
-    # Above SessionMiddleware, so it sees a failed session save (503, cookie kept).
-    assert order(SESSION, AUTH, ACTIVITY, SESSION_ENGINE=OUR_ENGINE) == ["redispatterns.E009"]
+def test_session_activity_needs_sessions_and_our_engine() -> None:
+    with override_settings(MIDDLEWARE=[ACTIVITY, AUTH], SESSION_ENGINE=OUR_ENGINE):
+        assert checks.check_middleware_order() == [E009(obj="MIDDLEWARE")]
+    # Above SessionMiddleware (recommended) or below it: both keep the 503 guarantee.
     assert order(ACTIVITY, SESSION, AUTH, SESSION_ENGINE=OUR_ENGINE) == []
+    assert order(SESSION, ACTIVITY, AUTH, SESSION_ENGINE=OUR_ENGINE) == []
     db_engine = "django.contrib.sessions.backends.db"
     with override_settings(MIDDLEWARE=[ACTIVITY, SESSION], SESSION_ENGINE=db_engine):
         assert checks.check_middleware_order() == [W003(obj="MIDDLEWARE", engine=db_engine)]
