@@ -26,20 +26,23 @@ end
 
 local function ms(us) return math.ceil(us / 1000) end
 
-if cost > 0 and redis.call('ZSCORE', KEYS[1], rid) then
-  return {1, limit, math.max(limit - count, 0), ms(until_free(1)), 0}
-end
-
 if cost > 0 and count + cost <= limit then
-  local args = {}
+  local args = {'NX'}
   for i = 1, cost do
     args[#args + 1] = now
     if i == 1 then args[#args + 1] = rid else args[#args + 1] = rid .. '#' .. i end
   end
-  redis.call('ZADD', KEYS[1], unpack(args))
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  count = count + cost
+  -- NX: a re-sent call finds its members already logged and adds nothing.
+  if redis.call('ZADD', KEYS[1], unpack(args)) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    count = count + cost
+  end
   return {1, limit, limit - count, ms(until_free(1)), 0}
+end
+
+-- A re-sent copy of a hit that was admitted must not now be answered "blocked".
+if cost > 0 and redis.call('ZSCORE', KEYS[1], rid) then
+  return {1, limit, math.max(limit - count, 0), ms(until_free(1)), 0}
 end
 
 local remaining = math.max(limit - count, 0)
