@@ -688,8 +688,11 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
             service = parts.hostname or ""
             hosts = list(target.sentinels)
             options = dict(target.options)
-        sentinel = Sentinel(hosts, socket_timeout=PROBE_TIMEOUT,
-                            socket_connect_timeout=PROBE_TIMEOUT)
+        timeouts = {"socket_timeout": PROBE_TIMEOUT, "socket_connect_timeout": PROBE_TIMEOUT}
+        sentinel_password = parse_qs(parts.query).get("sentinel_password", [None])[-1]
+        sentinel = Sentinel(hosts, sentinel_kwargs={
+            **timeouts, **({"password": sentinel_password} if sentinel_password else {})},
+            **timeouts)
         host, port = sentinel.discover_master(service)
         for client in sentinel.sentinels:
             client.close()
