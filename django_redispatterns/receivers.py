@@ -31,11 +31,12 @@ def _logout_on_password_change(sender: Any, instance: Any, created: bool = False
 
     if not get_config().feature("SESSIONS")["LOGOUT_ON_PASSWORD_CHANGE"]:
         return
-    from .sessions import UNAVAILABLE, logout_everywhere
+    from .exceptions import BackendUnavailable
+    from .sessions import logout_everywhere
 
     try:
         logout_everywhere(instance)
-    except UNAVAILABLE as exc:
+    except BackendUnavailable as exc:
         logging.getLogger("django_redispatterns.sessions").error(
             "password changed but sessions not revoked (Redis unavailable): %s", exc
         )

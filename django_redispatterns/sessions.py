@@ -26,10 +26,10 @@ import re
 import secrets
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from django.conf import settings
@@ -492,6 +492,23 @@ class SessionInfo:
         return self.session_key
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _redis_required(func: F) -> F:
+    """Index operations raise BackendUnavailable (logged) when Redis cannot be reached."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except UNAVAILABLE as exc:
+            logger.error("session index unavailable in %s: %s", func.__name__, exc)
+            raise BackendUnavailable(f"session store unavailable: {exc}") from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _members(client: Any, index_key: str) -> Iterator[list[str]]:
     """The index's members in batches (ZSCAN: bounded work per call)."""
     batch: list[str] = []
@@ -504,6 +521,7 @@ def _members(client: Any, index_key: str) -> Iterator[list[str]]:
         yield batch
 
 
+@_redis_required
 def user_sessions(user: Any, *, current: str | None = None) -> list[SessionInfo]:
     """The user's live sessions, most recently active first.
 
@@ -547,6 +565,7 @@ def user_sessions(user: Any, *, current: str | None = None) -> list[SessionInfo]
     return infos
 
 
+@_redis_required
 def logout_everywhere(user: Any, *, keep: str | None = None) -> int:
     """Delete every session of ``user`` except ``keep``; return how many were deleted.
 
@@ -576,6 +595,7 @@ def logout_everywhere(user: Any, *, keep: str | None = None) -> int:
     return deleted
 
 
+@_redis_required
 def revoke_session(user: Any, session_key: str) -> bool:
     """Delete one session of ``user`` by key or handle; False if it is not theirs or gone.
 

@@ -156,12 +156,19 @@ def test_password_change_succeeds_when_redis_is_down(
     assert "not revoked" in caplog.text
 
 
-def test_listing_during_an_outage_raises_a_clear_error(server: RedisServer, alice: Any) -> None:
-    import redis
+def test_index_operations_during_an_outage_raise_backend_unavailable(
+    server: RedisServer, alice: Any
+) -> None:
+    from django_redispatterns.exceptions import BackendUnavailable
+    from django_redispatterns.sessions import logout_everywhere, revoke_session
 
     server.kill()
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(BackendUnavailable):
         user_sessions(alice)
+    with pytest.raises(BackendUnavailable):
+        logout_everywhere(alice)
+    with pytest.raises(BackendUnavailable):
+        revoke_session(alice, "0" * 32)
 
 
 @pytest.mark.django_db(transaction=True)  # the async view reads users from another thread
