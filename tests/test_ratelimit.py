@@ -321,3 +321,15 @@ def test_app_server_clock_cannot_change_decisions(algorithm: str,
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     assert [limiter.hit("c").allowed for _ in range(3)] == [True, True, False]
     assert limiter.peek("c").reset_after <= 60
+
+
+def test_long_client_chosen_identities_do_not_fill_the_name_cache() -> None:
+    from django_redispatterns.ratelimit import limiter as module
+
+    limiter = RateLimiter("2/m", group="long")
+    limiter.hit("short")
+    before = module._names.cache_info().currsize
+    for i in range(20):
+        assert limiter.hit("k" * 5000 + str(i)).allowed
+    assert module._names.cache_info().currsize == before
+    assert limiter.hit("k" * 5000 + "0").remaining == 0  # still counted per identity

@@ -81,12 +81,12 @@ class RateLimiter:
     def digest(self, identity: str) -> str:
         """Keyed hash of (group, identity): injective, and no raw identity in key names."""
         _fresh()
-        return _names(self.group, identity, "", "")[0]
+        return names(self.group, identity, "", "")[0]
 
     def key(self, identity: str) -> str:
         """The Redis key holding ``identity``'s state under this limiter."""
         _fresh()
-        return _names(self.group, identity, self.algorithm.code, self.algorithm.shape)[1]
+        return names(self.group, identity, self.algorithm.code, self.algorithm.shape)[1]
 
     def call(self, identity: str, cost: int = 1, request_id: str | None = None) -> Call:
         """The script call that decides one hit (for :func:`hit_many` pipelines)."""
@@ -94,7 +94,7 @@ class RateLimiter:
             raise ValueError(f"cost must be a non-negative integer, got {cost!r}")
         _fresh()
         algo = self.algorithm
-        _, key, marker = _names(self.group, identity, algo.code, algo.shape)
+        _, key, marker = names(self.group, identity, algo.code, algo.shape)
         rid = request_id or new_request_id()
         key_names = [key, marker + rid] if algo.uses_marker else [key]
         return (algo.lua, key_names, algo.args(cost, rid))
@@ -170,9 +170,22 @@ def _fresh() -> None:
         _names_config = config
 
 
+def names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
+    """(digest, state key, marker-key prefix) for one identity under one limiter shape.
+
+    Cached, except for long identities (client-chosen header values), which would let a
+    client fill process memory through the cache.
+    """
+    if len(identity) > _CACHEABLE_IDENTITY:
+        return _names.__wrapped__(group, identity, code, shape)
+    return _names(group, identity, code, shape)
+
+
+_CACHEABLE_IDENTITY = 128
+
+
 @functools.lru_cache(maxsize=16384)
 def _names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
-    """(digest, state key, marker-key prefix) for one identity under one limiter shape."""
     digest = keys.identity_hash(f"{len(group)}:{group}|{identity}", purpose="ratelimit")
     if not code:
         return digest, "", ""
