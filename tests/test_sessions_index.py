@@ -551,3 +551,19 @@ def test_sliding_saves_leave_the_index_alone_and_pruning_respects_the_slack(
     b.save()
     assert indexed(redis_client, user) == {sid_a, session_handle(b.session_key or "")}
     assert_index_exact(redis_client, user)
+
+
+def test_save_every_request_slides_the_expiry(redis_client: redis.Redis) -> None:
+    user = make_user()
+    client = device()
+    tag = user_tag(str(user.pk))
+    data_key = f"rptest:sess:{{{tag}}}:s:{session_handle(cookie(client))}"
+    redis_client.pexpire(data_key, 10_000)  # as if two weeks had passed
+    whoami(client)  # reads only: without SESSION_SAVE_EVERY_REQUEST nothing is written
+    assert redis_client.pttl(data_key) <= 10_000
+    with override_settings(SESSION_SAVE_EVERY_REQUEST=True):
+        whoami(client)
+    from django.conf import settings
+
+    assert redis_client.pttl(data_key) > settings.SESSION_COOKIE_AGE * 1000 - 5000
+    assert_index_exact(redis_client, user)
