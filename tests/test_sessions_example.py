@@ -1,0 +1,57 @@
+"""The example project's "Your sessions" page renders and works (in a child process, since
+it has its own settings module)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = r'''
+import django
+from django.test.utils import setup_test_environment
+django.setup()
+setup_test_environment()
+from django.db import connection
+connection.creation.create_test_db(verbosity=0)
+from django.core.management import call_command
+from django.test import Client
+
+call_command("create_demo_user", stdout=open("/dev/null", "w"))
+anonymous = Client().get("/sessions/")
+assert anonymous.status_code == 200 and b"create_demo_user" in anonymous.content
+assert Client().get("/accounts/login/").status_code == 200
+devices = []
+for agent in ("Firefox on Linux", "Safari on iPhone", "Chrome on Windows"):
+    client = Client(HTTP_USER_AGENT=agent)
+    login = client.post("/accounts/login/", {"username": "demo", "password": "demo-password"})
+    assert login.status_code == 302, login.status_code
+    devices.append(client)
+page = devices[0].get("/sessions/").content.decode()
+assert "this device" in page and "Safari on iPhone" in page and page.count("Sign out</button>") == 2
+done = devices[0].post("/sessions/", {"action": "others"}, follow=True).content.decode()
+assert "Signed out 2 other session(s)." in done, done
+assert b"Sign in" in devices[1].get("/sessions/").content
+assert devices[0].post("/accounts/logout/?next=/sessions/").status_code == 302
+print("ok")
+'''
+
+
+def test_your_sessions_page(redis_url: str) -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings",
+           "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT / "example_project")}
+    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match="demo:*"):  # the example's KEY_PREFIX
+        assert client.pttl(key) > 0, key
+        client.delete(key)
+    if result.returncode != 0:
+        pytest.fail(result.stdout + result.stderr)
+    assert result.stdout.strip().endswith("ok")
