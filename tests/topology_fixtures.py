@@ -91,10 +91,16 @@ def cluster_url(redis_cluster: ClusterTopology, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
-def sentinel_url(redis_sentinel: SentinelTopology) -> Iterator[str]:
+def sentinel_url(redis_sentinel: SentinelTopology,
+                 request: pytest.FixtureRequest) -> Iterator[str]:
+    """URL of the worker's Sentinel set, primary emptied before the test; I1 checked after."""
     redis_sentinel.wait_healthy()
     redis_sentinel.primary().client().flushall()
     yield redis_sentinel.url
+    if request.node.get_closest_marker("allow_no_ttl") is None:
+        client = redis_sentinel.primary().client()
+        assert_every_key_has_a_ttl(
+            [(key, client.pttl(key)) for key in client.scan_iter(match="rptest*", count=1000)])
 
 
 def patterns_settings(url: str, **extra: Any) -> dict[str, Any]:
