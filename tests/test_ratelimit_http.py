@@ -339,6 +339,23 @@ def test_drf_throttle_is_exact_under_100_concurrent_requests() -> None:
     api_settings.reload()
 
 
+def test_drf_decisions_get_headers_from_the_middleware() -> None:
+    from rest_framework.settings import api_settings
+
+    with drf("3/min"), with_middleware():
+        api_settings.reload()
+        response = Client().get("/drf/")
+        assert response.status_code == 200
+        assert response["RateLimit-Policy"] == '"tests";q=3;w=60'
+        assert response["RateLimit-Remaining"] == "2"
+    api_settings.reload()
+
+
+def test_decorator_on_class_based_view_methods(client: Client) -> None:
+    assert [client.get("/class/").status_code for _ in range(3)] == [200, 200, 429]
+    assert [client.post("/class/").status_code for _ in range(2)] == [200, 429]
+
+
 def test_drf_rate_comes_from_default_throttle_rates() -> None:
     from rest_framework.settings import api_settings
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -96,6 +98,16 @@ async def async_custom_429(request: HttpRequest, exception: RateLimited) -> Http
     return HttpResponse("slow down (async)", status=429)
 
 
+class ClassView(View):
+    @ratelimit("2/m")  # directly on the method: the decorator finds the request
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return _state(request)
+
+    @method_decorator(ratelimit("1/m"))
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return _state(request)
+
+
 class Throttled(RedisRateThrottle):
     scope = "tests"
     key = "ip"
@@ -126,4 +138,5 @@ urlpatterns = [
     path("api/plain/", plain),
     path("async-plain/", async_plain),
     path("drf/", ThrottledView.as_view()),
+    path("class/", ClassView.as_view()),
 ]
