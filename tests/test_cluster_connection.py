@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -175,7 +176,7 @@ def test_keys_in_two_slots_fail_loudly_before_running(cluster_settings: str) -> 
 # --- slot migration: ASK, TRYAGAIN --------------------------------------------------------
 
 
-def _other_master(cluster: ClusterTopology, slot: int) -> object:
+def _other_master(cluster: ClusterTopology, slot: int) -> Any:
     owner = cluster.master_for_slot(slot)
     return next(m for m in cluster.masters() if m.port != owner.port)
 
@@ -199,16 +200,23 @@ def test_single_key_calls_follow_ask_during_a_slot_migration(
     assert redis_cluster.master_for_slot(slot).port == target.port
 
 
+def split_pair(cluster: ClusterTopology, client: Any, tag: str) -> tuple[Any, ...]:
+    """Write a tagged pair, then migrate its slot halfway: one key on each node, so every
+    call touching both keys gets TRYAGAIN until the migration finishes."""
+    a, b = tagged(tag, "a", "b")
+    assert PAIR(client, [a, b]) == 1
+    slot = client.keyslot(a)
+    target = _other_master(cluster, slot)
+    source = cluster.migrate_slot_start(slot, target)
+    cluster.migrate_keys(source, target, [a])
+    return a, b, slot, source, target
+
+
 def test_multi_key_script_retries_tryagain_until_the_migration_ends(
     redis_cluster: ClusterTopology, cluster_settings: str
 ) -> None:
     client = connection.get_client()
-    a, b = tagged("mig2", "a", "b")
-    assert PAIR(client, [a, b]) == 1
-    slot = client.keyslot(a)
-    target = _other_master(redis_cluster, slot)
-    source = redis_cluster.migrate_slot_start(slot, target)
-    redis_cluster.migrate_keys(source, target, [a])  # keys split: TRYAGAIN for both-key calls
+    a, b, slot, source, target = split_pair(redis_cluster, client, "mig2")
     finisher = threading.Timer(0.6, redis_cluster.migrate_slot_finish, (slot, source, target))
     finisher.start()
     try:
@@ -224,12 +232,7 @@ def test_multi_key_script_gives_a_clear_error_when_the_migration_does_not_end(
     redis_cluster: ClusterTopology, cluster_settings: str
 ) -> None:
     client = connection.get_client()
-    a, b = tagged("mig3", "a", "b")
-    assert PAIR(client, [a, b]) == 1
-    slot = client.keyslot(a)
-    target = _other_master(redis_cluster, slot)
-    source = redis_cluster.migrate_slot_start(slot, target)
-    redis_cluster.migrate_keys(source, target, [a])
+    a, b, slot, source, target = split_pair(redis_cluster, client, "mig3")
     try:
         started = time.monotonic()
         with pytest.raises(ClusterUnavailable, match="did not run") as info:

@@ -16,6 +16,7 @@ import pytest
 
 from django_redispatterns import connection
 from django_redispatterns.locks import Lock, MultiLock, fence_key, held_key, locked, single_flight
+from tests import test_locks
 from tests.topologies import ClusterTopology
 
 
@@ -98,24 +99,8 @@ def test_multilock_all_or_nothing_and_odd_names_on_cluster(cluster_settings: str
 
 
 def test_multilock_opposite_orders_never_deadlock_on_cluster(cluster_settings: str) -> None:
-    overlap: list[bool] = []
-    holders: list[str] = []
-
-    def run(names: list[str], who: str) -> None:
-        for _ in range(40):
-            with MultiLock(names, ttl=5, wait=30):
-                holders.append(who)
-                overlap.append(len(holders) > 1)
-                holders.remove(who)
-
-    threads = [threading.Thread(target=run, args=(["x", "y"], "p1")),
-               threading.Thread(target=run, args=(["y", "x"], "p2"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), "deadlock"
-    assert len(overlap) == 80 and not any(overlap)
+    # the very scenario of the single-node suite, on the cluster
+    test_locks.test_multilock_opposite_orders_never_deadlock_or_overlap()
 
 
 def test_locked_and_single_flight_on_cluster(cluster_settings: str) -> None:

@@ -22,6 +22,7 @@ timeout, and SIGSTOP (a hung server with open sockets).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from django.test import Client, override_settings
 from django_redispatterns import connection
 from tests import urls_faults
 from tests.redis_servers import RedisServer
+from tests.topologies import wait_for
 
 pytestmark = pytest.mark.topology
 
@@ -289,6 +291,19 @@ def test_redis_killed_in_the_middle_of_each_operation(
         assert urls_faults.RUNS["charge"] == 2
 
 
+@contextlib.contextmanager
+def demoted(server: RedisServer, new_primary: RedisServer) -> Iterator[None]:
+    """``server`` is a read-only replica of ``new_primary`` for the block (READONLY writes)."""
+    admin = server.client()
+    admin.execute_command("REPLICAOF", "127.0.0.1", new_primary.port)
+    try:
+        wait_for(lambda: admin.info("replication")["master_link_status"] == "up", 10,
+                 "the demoted server to sync")
+        yield
+    finally:
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+
+
 def test_demoted_primary_behind_a_plain_url_follows_each_policy_and_recovers(
     app: RedisServer, redis_server_factory: Callable[..., RedisServer]
 ) -> None:
@@ -297,22 +312,13 @@ def test_demoted_primary_behind_a_plain_url_follows_each_policy_and_recovers(
     READONLY state — and everything works again once it is a primary again."""
     browser = Browser()
     assert_healthy_before(browser)
-    other = redis_server_factory()
-    admin = app.client()
-    admin.execute_command("REPLICAOF", "127.0.0.1", other.port)
-    try:
-        from tests.topologies import wait_for
-
-        wait_for(lambda: admin.info("replication")["master_link_status"] == "up", 10,
-                 "the demoted server to sync")
+    with demoted(app, redis_server_factory()):
         during = browser.everything()
         assert during["rl"].status_code == 200  # fail open
         assert during["sess"].status_code == 503 and not cookie_deleted(during["sess"])
         assert during["charge"].status_code in (201, 503)  # replay is a read; a claim is not
         assert during["job"].status_code == 503  # locks fail closed
         # (the cache is checked in test_cache_degrades_when_the_primary_is_demoted)
-    finally:
-        admin.execute_command("REPLICAOF", "NO", "ONE")
     after = browser.everything()
     assert after["rl"].status_code == 200 and after["job"].status_code == 200
     assert after["sess"].status_code == 200  # (the data went with the resync: a new session)
@@ -327,17 +333,8 @@ def test_cache_degrades_when_the_primary_is_demoted(
 ) -> None:
     browser = Browser()
     assert browser.request("get", "/cache/").status_code == 200
-    other = redis_server_factory()
-    admin = app.client()
-    admin.execute_command("REPLICAOF", "127.0.0.1", other.port)
-    try:
-        from tests.topologies import wait_for
-
-        wait_for(lambda: admin.info("replication")["master_link_status"] == "up", 10,
-                 "the demoted server to sync")
+    with demoted(app, redis_server_factory()):
         assert browser.request("get", "/cache/").status_code == 200
-    finally:
-        admin.execute_command("REPLICAOF", "NO", "ONE")
 
 
 def test_connection_churn_costs_no_errors_and_no_duplicates(app: RedisServer) -> None:
