@@ -10,6 +10,7 @@ instead of the view's (429 / 503), or ``None`` to let the request through.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -87,7 +88,11 @@ def check(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
     if not pending:
         return None
     try:
-        decisions = hit_many([(r.limiter, ident, r.cost, None) for r, ident in pending])
+        if len(pending) == 1:
+            rule, identity = pending[0]
+            decisions = [rule.limiter.hit(identity, rule.cost)]
+        else:
+            decisions = hit_many([(r.limiter, ident, r.cost, None) for r, ident in pending])
     except BackendUnavailable as exc:
         return _unavailable(request, exc)
     blocked = _record(request, pending, decisions)
@@ -108,7 +113,12 @@ async def acheck(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | 
     if not pending:
         return None
     try:
-        decisions = await ahit_many([(r.limiter, ident, r.cost, None) for r, ident in pending])
+        if len(pending) == 1:
+            rule, identity = pending[0]
+            decisions = [await rule.limiter.ahit(identity, rule.cost)]
+        else:
+            decisions = await ahit_many(
+                [(r.limiter, ident, r.cost, None) for r, ident in pending])
     except BackendUnavailable as exc:
         return _unavailable(request, exc)
     blocked = _record(request, pending, decisions)
@@ -254,6 +264,7 @@ def _finish(request: HttpRequest, response: HttpResponse, retry: int) -> HttpRes
 # --- headers ----------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
 def _policy_name(name: str) -> str:
     return "".join(c for c in name if 0x20 <= ord(c) < 0x7F and c not in '"\\') or "default"
 
