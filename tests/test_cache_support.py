@@ -90,3 +90,26 @@ def dying_computer(url: str, key: str, counter: str) -> None:
         return "never"
 
     cache.get_or_set(key, compute, 60)
+
+
+def wake_waiter(url: str, key: str, ready: str, threads: int, results: Any) -> None:
+    """A process whose threads miss ``key`` while another process computes it."""
+    import threading
+
+    setup_django_child()
+    cache = make_cache(url, STAMPEDE_LEASE=30)
+    client = redis.Redis.from_url(url)
+    got: list[Any] = []
+
+    def run() -> None:
+        got.append(cache.get_or_set(key, lambda: "waiter computed", 60))
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    client.incr(ready)
+    client.expire(ready, 120)
+    started = time.monotonic()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    results.put((got, time.monotonic() - started))

@@ -24,6 +24,7 @@ import inspect
 import logging
 import random
 import socket
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
@@ -49,6 +50,25 @@ logger = logging.getLogger("django_redispatterns.cache")
 
 _REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, socket.timeout, OSError)
 _MISSING = object()
+_FAILED = object()
+
+
+class _Flight:
+    """One in-process get_or_set attempt that other threads missing the key wait for."""
+
+    __slots__ = ("done", "ok", "value")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+        self.value: Any = None
+
+
+_flights: dict[tuple[str, str], _Flight] = {}
+_flights_lock = threading.Lock()
+_async_flights: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Future[Any]]
+] = weakref.WeakKeyDictionary()
 _CLEAR_BATCH = 500
 ASYNC_MAX_CONNECTIONS = 500
 ASYNC_POOL_WAIT = 10.0  # seconds a coroutine waits for a free pooled connection
@@ -119,7 +139,7 @@ class RedisCache(DjangoRedisCache):
         self._options = options
         # django-redis builds its client from this class (lazily, in its ``client``
         # property, which tests may patch): the same class plus envelope-aware decode.
-        self._client_cls = _client_class(self._client_cls)
+        self._client_cls = _client_class(self._client_cls)  # type: ignore[has-type]
 
     # --- client ---------------------------------------------------------------------
 
@@ -278,13 +298,64 @@ class RedisCache(DjangoRedisCache):
         """Django's ``get_or_set`` with stampede protection: for one expired or missing
         key, the callable runs once across all threads and processes while the others
         wait (bounded) for its value, or get the stale value (``STALE_TTL``). Its
-        exception reaches only the caller that ran it."""
+        exception reaches only the caller that ran it. A hit is one GET."""
         if not self._single_flight():
             return super().get_or_set(key, default, timeout, version)
         ttl = self._resolve_ttl(timeout)
         nkey = self.client.make_key(key, version=version)
-        flow = stampede.get_or_set_flow(self, key, ttl, nkey, self._policy)
-        return self._drive(flow, default)
+
+        def flow(raw: Any, waited: float = 0.0) -> Any:
+            return self._drive(
+                stampede.get_or_set_flow(self, key, ttl, nkey, self._policy, raw, waited),
+                default)
+
+        if ttl is not None and ttl <= 0:
+            return flow(stampede.UNREAD)
+        try:
+            raw = self._reader(nkey).get(nkey)
+        except _REDIS_ERRORS as exc:
+            self._degraded("get_or_set", exc, None)
+            return default() if callable(default) else default
+        if raw is not None:  # a hit, or a stale / early value: no waiting involved
+            return flow(raw)
+        return self._coalesced(key, (repr(self._server), nkey),
+                               lambda waited: flow(None, waited))
+
+    def _coalesced(self, key: Any, flight_key: tuple[str, str],
+                   run: Callable[[float], Any]) -> Any:
+        """Threads of this process that miss the same key share one distributed attempt:
+        one leader talks to Redis (claims, or waits on one connection); the others wait
+        on a local event and get a copy of its value. A leader's exception is its own:
+        the followers then elect a new leader."""
+        started = time.monotonic()
+        waited = 0.0  # > 0 once we waited for a leader that failed: counts against the wait
+        while True:
+            with _flights_lock:
+                flight = _flights.get(flight_key)
+                leader = flight is None
+                if flight is None:
+                    flight = _flights[flight_key] = _Flight()
+            if leader:
+                try:
+                    flight.value = run(waited)
+                    flight.ok = True
+                    return flight.value
+                finally:
+                    with _flights_lock:
+                        if _flights.get(flight_key) is flight:
+                            del _flights[flight_key]
+                    flight.done.set()
+            remaining = self._policy.max_wait - (time.monotonic() - started)
+            if remaining <= 0:
+                return run(self._policy.max_wait)  # computes on its own if still held
+            if flight.done.wait(remaining) and flight.ok:
+                stampede.report_wait(self, key, started, got_value=True)
+                return self._copy(flight.value)
+            waited = time.monotonic() - started
+
+    def _copy(self, value: Any) -> Any:
+        """A private copy for each caller, as a cache read would give (same serializer)."""
+        return self.client.decode(self.client.encode(value, allow_int=False))
 
     def _drive(self, flow: stampede.Flow, default: Any) -> Any:
         reply: Any = None
@@ -615,7 +686,60 @@ class RedisCache(DjangoRedisCache):
                 key, default, timeout, version)
         ttl = self._resolve_ttl(timeout)
         nkey = self.client.make_key(key, version=version)
-        flow = stampede.get_or_set_flow(self, key, ttl, nkey, self._policy)
+
+        async def flow(raw: Any, waited: float = 0.0) -> Any:
+            return await self._adrive(
+                aclient,
+                stampede.get_or_set_flow(self, key, ttl, nkey, self._policy, raw, waited),
+                default)
+
+        if ttl is not None and ttl <= 0:
+            return await flow(stampede.UNREAD)
+        try:
+            raw = await aclient.get(nkey)
+        except _REDIS_ERRORS as exc:
+            self._degraded("get_or_set", exc, None)
+            return await _maybe_await(default() if callable(default) else default)
+        if raw is not None:
+            return await flow(raw)
+        return await self._acoalesced(key, (repr(self._server), nkey),
+                                      lambda waited: flow(None, waited))
+
+    async def _acoalesced(self, key: Any, flight_key: tuple[str, str],
+                          run: Callable[[float], Awaitable[Any]]) -> Any:
+        """:meth:`_coalesced` for coroutines of one event loop."""
+        loop = asyncio.get_running_loop()
+        flights = _async_flights.setdefault(loop, {})
+        started = time.monotonic()
+        waited = 0.0
+        while True:
+            flight = flights.get(flight_key)
+            if flight is None:
+                flight = flights[flight_key] = loop.create_future()
+                try:
+                    value = await run(waited)
+                except BaseException:
+                    flight.set_result(_FAILED)
+                    raise
+                else:
+                    flight.set_result(value)
+                    return value
+                finally:
+                    if flights.get(flight_key) is flight:
+                        del flights[flight_key]
+            remaining = self._policy.max_wait - (time.monotonic() - started)
+            if remaining <= 0:
+                return await run(self._policy.max_wait)
+            try:
+                value = await asyncio.wait_for(asyncio.shield(flight), remaining)
+            except asyncio.TimeoutError:
+                value = _FAILED
+            if value is not _FAILED:
+                stampede.report_wait(self, key, started, got_value=True)
+                return self._copy(value)
+            waited = time.monotonic() - started
+
+    async def _adrive(self, aclient: Any, flow: stampede.Flow, default: Any) -> Any:
         reply: Any = None
         computed: Any = _MISSING
         while True:

@@ -54,16 +54,25 @@ def new_token() -> str:
     return secrets.token_urlsafe(_TOKEN_BYTES)
 
 
+UNREAD = object()
+
+
 def get_or_set_flow(
-    cache: RedisCache, key: Any, ttl: float | None, nkey: str, policy: Policy
+    cache: RedisCache, key: Any, ttl: float | None, nkey: str, policy: Policy,
+    raw: Any = UNREAD, waited: float = 0.0,
 ) -> Flow:
     """Return the cached value of ``nkey`` or the callable's, computing it at most once
-    per expiry across every thread and process (see docs/cache.md for the guarantees)."""
+    per expiry across every thread and process (see docs/cache.md for the guarantees).
+
+    ``raw`` is what the caller's own GET returned, if it already read the key; ``waited``
+    the seconds it already spent waiting for another caller (counts against STAMPEDE_WAIT).
+    """
     if ttl is not None and ttl <= 0:  # Django: a timeout <= 0 stores nothing
         return (yield ("compute",))
 
     stale: envelope.Entry | None = None
-    raw = yield ("read", nkey)
+    if raw is UNREAD:
+        raw = yield ("read", nkey)
     if raw is not None:
         found = cache._decode_raw(raw)
         if not isinstance(found, envelope.Entry):
@@ -76,7 +85,7 @@ def get_or_set_flow(
     lock_key = cache._companion_key(nkey, "lock")
     token = new_token()
     lease_ms = max(1, int(policy.lease * 1000))
-    waited_since: float | None = None
+    waited_since: float | None = time.monotonic() - waited if waited else None
     holder_seen: str | None = None
     woken = False
     while True:
@@ -90,7 +99,7 @@ def get_or_set_flow(
         if status == 2:  # a value is there (filled while we looked, or refreshed by another)
             found = cache._decode_raw(reply[1])
             if not isinstance(found, envelope.Entry) or not found.is_stale(time.time()):
-                _waited(cache, key, waited_since, got_value=True)
+                report_wait(cache, key, waited_since, got_value=True)
                 return found.value if isinstance(found, envelope.Entry) else found
             stale = found  # an expired value still inside STALE_TTL: refresh it
             continue
@@ -112,7 +121,7 @@ def get_or_set_flow(
                 "cache key %r: waited %.1fs for the computing caller; computing too",
                 key, policy.max_wait,
             )
-            _waited(cache, key, waited_since, got_value=False)
+            report_wait(cache, key, waited_since, got_value=False)
             return (yield from _compute_and_store(cache, nkey, lock_key, token, ttl, policy))
         # Block on the holder's wake-up list until it settles or its lease ends; no polling.
         seconds = min(max(pttl_ms, 0) / 1000 + 0.01, remaining, policy.block_cap)
@@ -121,7 +130,7 @@ def get_or_set_flow(
         holder_seen = holder
 
     if waited_since is not None:
-        _waited(cache, key, waited_since, got_value=False)
+        report_wait(cache, key, waited_since, got_value=False)
     return (yield from _compute_and_store(cache, nkey, lock_key, token, ttl, policy))
 
 
@@ -144,7 +153,8 @@ def _compute_and_store(
     return value
 
 
-def _waited(cache: RedisCache, key: Any, since: float | None, *, got_value: bool) -> None:
+def report_wait(cache: RedisCache, key: Any, since: float | None, *, got_value: bool) -> None:
+    """Send ``stampede_wait`` for a caller that waited since ``since`` (monotonic)."""
     if since is None:
         return
     seconds = time.monotonic() - since
