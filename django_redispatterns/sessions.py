@@ -26,7 +26,7 @@ import re
 import secrets
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -142,6 +142,10 @@ def _client() -> Any:
     return connection.get_client("SESSIONS")
 
 
+def _aclient() -> Any:
+    return connection.get_async_client("SESSIONS")
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -200,6 +204,32 @@ def unsign_session(signed: str, salt: str) -> bytes:
     return signing.b64_decode(payload)
 
 
+# --- executing steps --------------------------------------------------------------------
+
+# One Redis operation of a session step: ("hget", key, field), ("hmget", key, fields),
+# ("hexists", key, field), ("script", name, keys, args) or ("many", [(name, keys, args)]).
+Op = tuple[Any, ...]
+Steps = Generator[Op, Any, Any]
+
+
+def _execute(client: Any, op: Op) -> Any:
+    kind = op[0]
+    if kind == "script":
+        return scripts.script(op[1])(client, op[2], op[3])
+    if kind == "many":
+        return scripts.run_many(client, [(scripts.script(n), k, a) for n, k, a in op[1]])
+    return getattr(client, kind)(op[1], op[2])
+
+
+async def _aexecute(client: Any, op: Op) -> Any:
+    kind = op[0]
+    if kind == "script":
+        return await scripts.script(op[1]).acall(client, op[2], op[3])
+    if kind == "many":
+        return await scripts.arun_many(client, [(scripts.script(n), k, a) for n, k, a in op[1]])
+    return await getattr(client, kind)(op[1], op[2])
+
+
 # --- the engine -------------------------------------------------------------------------
 
 
@@ -230,12 +260,6 @@ class SessionStore(SessionBase):
         user_id = data.get(SESSION_KEY)
         return str(user_id) if user_id not in (None, "") else None
 
-    def _get_new_session_key(self) -> str:
-        # No exists() round trip: collisions are caught by the create script (CreateError).
-        user_id = self._cached_user_id()
-        tag = user_tag(user_id) if user_id is not None else secrets.token_hex(16)
-        return tag + get_random_string(32, VALID_KEY_CHARS)
-
     def _unavailable(self, exc: BaseException, action: str) -> BackendUnavailable:
         self.backend_error = exc
         logger.error("session store unavailable during %s: %s", action, exc)
@@ -243,9 +267,57 @@ class SessionStore(SessionBase):
         error.__cause__ = exc
         return error
 
+    # -- running steps ---------------------------------------------------------------
+    # Each Redis-touching method is written once, as a generator of Redis operations
+    # (``_*_steps``); ``_run`` executes them on the sync client and ``_arun`` on the
+    # asyncio one, so the sync and async APIs share every decision.
+
+    # A Redis error raised by the steps themselves (a failed call inside a pipeline) goes
+    # through _step too, so READONLY in a pipeline slot is a BackendUnavailable as well.
+
+    def _run(self, steps: Steps, action: str) -> Any:
+        client, (more, value) = _client(), self._step(steps, action)
+        while more:
+            try:
+                more, value = self._step(steps, action, _execute(client, value))
+            except redis.exceptions.RedisError as exc:
+                more, value = self._step(steps, action, error=exc)
+        return value
+
+    async def _arun(self, steps: Steps, action: str) -> Any:
+        client, (more, value) = _aclient(), self._step(steps, action)
+        while more:
+            try:
+                more, value = self._step(steps, action, await _aexecute(client, value))
+            except redis.exceptions.RedisError as exc:
+                more, value = self._step(steps, action, error=exc)
+        return value
+
+    def _step(self, steps: Steps, action: str, result: Any = None,
+              error: BaseException | None = None) -> tuple[bool, Any]:
+        """Feed one outcome to ``steps``: (True, next operation) or (False, its value).
+
+        An unreachable Redis becomes ``BackendUnavailable`` (the key is kept); a
+        ``ResponseError`` is thrown into the steps, which may handle it.
+        """
+        if isinstance(error, UNAVAILABLE):
+            raise self._unavailable(error, action) from error
+        if error is not None and not isinstance(error, redis.exceptions.ResponseError):
+            raise error
+        try:
+            return True, (steps.throw(error) if error is not None else steps.send(result))
+        except StopIteration as done:
+            return False, done.value
+
     # -- SessionBase contract ----------------------------------------------------------
 
     def load(self) -> dict[str, Any]:
+        return self._run(self._load_steps(), "load")
+
+    async def aload(self) -> dict[str, Any]:
+        return await self._arun(self._load_steps(), "load")
+
+    def _load_steps(self) -> Steps:
         key = self.session_key
         if not _is_ours(key):
             self._session_key = None
@@ -255,11 +327,9 @@ class SessionStore(SessionBase):
         data_key = _data_key(key[:32], sid)
         try:
             if self._activity() is None:  # no activity middleware: the data only
-                raw, activity = _client().hget(data_key, "d"), None
+                raw, activity = (yield ("hget", data_key, "d")), None
             else:
-                raw, activity = _client().hmget(data_key, ["d", "a"])
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc, "load") from exc
+                raw, activity = yield ("hmget", data_key, ["d", "a"])
         except redis.exceptions.ResponseError:
             security_logger.warning("Session data corrupted (not a session hash): %s", sid[:12])
             raw = None
@@ -302,15 +372,28 @@ class SessionStore(SessionBase):
         return session
 
     def exists(self, session_key: str | None) -> bool:
+        return bool(self._run(self._exists_steps(session_key), "exists"))
+
+    async def aexists(self, session_key: str | None) -> bool:
+        return bool(await self._arun(self._exists_steps(session_key), "exists"))
+
+    def _exists_steps(self, session_key: str | None) -> Steps:
         if not _is_ours(session_key):
             return False
         assert session_key is not None
         try:
-            return bool(_client().hexists(_keys_of(session_key)[0], "d"))
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc, "exists") from exc
+            return bool((yield ("hexists", _keys_of(session_key)[0], "d")))
         except redis.exceptions.ResponseError:
             return False
+
+    def _get_new_session_key(self) -> str:
+        # No exists() round trip: collisions are caught by the create script (CreateError).
+        user_id = self._cached_user_id()
+        tag = user_tag(user_id) if user_id is not None else secrets.token_hex(16)
+        return tag + get_random_string(32, VALID_KEY_CHARS)
+
+    async def _aget_new_session_key(self) -> str:
+        return self._get_new_session_key()
 
     def create(self) -> None:
         for _ in range(100):  # a collision of 165 random bits is a bug, not bad luck
@@ -323,11 +406,32 @@ class SessionStore(SessionBase):
             return
         raise RuntimeError("Unable to create a new session key.")
 
+    async def acreate(self) -> None:
+        for _ in range(100):
+            self._session_key = self._get_new_session_key()
+            try:
+                await self.asave(must_create=True)
+            except CreateError:
+                continue
+            self.modified = True
+            return
+        raise RuntimeError("Unable to create a new session key.")
+
     def save(self, must_create: bool = False) -> None:
         if self.session_key is None or (not must_create and not _is_ours(self.session_key)):
             return self.create()
-        key = self.session_key
         data = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
+        self._run(self._save_steps(data, must_create), "save")
+
+    async def asave(self, must_create: bool = False) -> None:
+        if self.session_key is None or (not must_create and not _is_ours(self.session_key)):
+            return await self.acreate()
+        data = await self._aget_session(no_load=must_create)  # type: ignore[attr-defined]
+        await self._arun(self._save_steps(data, must_create), "save")
+
+    def _save_steps(self, data: dict[str, Any], must_create: bool) -> Steps:
+        key = self.session_key
+        assert key is not None
         serialized: bytes = self.serializer().dumps(data)
         ttl_ms = int(self.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
         if not must_create and self._saved_state == (key, serialized, ttl_ms // 1000):
@@ -335,25 +439,16 @@ class SessionStore(SessionBase):
         user_id = data.get(SESSION_KEY)
         user_id = str(user_id) if user_id not in (None, "") else None
         if user_id is not None and user_tag(user_id) != key[:32]:
-            if must_create:
-                self._session_key = self._get_new_session_key()
-                key = self.session_key
-            else:
-                self._move(serialized, ttl_ms, user_id)
+            if not must_create:
+                yield from self._move_steps(serialized, ttl_ms, user_id)
                 self._saved_state = (self.session_key, serialized, ttl_ms // 1000)
                 return
-        if not self._run_save(key, serialized, ttl_ms, user_id, create=must_create):
+            self._session_key = key = self._get_new_session_key()
+        data_key, index_key, sid = _keys_of(key)
+        args = self._save_args(serialized, ttl_ms, sid, user_id, create=must_create)
+        if not (yield ("script", "session_save", [data_key, index_key], args)):
             raise CreateError if must_create else UpdateError
         self._saved_state = (key, serialized, ttl_ms // 1000)
-
-    def _run_save(self, key: str, serialized: bytes, ttl_ms: int, user_id: str | None, *,
-                  create: bool) -> bool:
-        data_key, index_key, sid = _keys_of(key)
-        args = self._save_args(serialized, ttl_ms, sid, user_id, create=create)
-        try:
-            return bool(scripts.script("session_save")(_client(), [data_key, index_key], args))
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc, "save") from exc
 
     def _save_args(self, serialized: bytes, ttl_ms: int, sid: str, user_id: str | None, *,
                    create: bool) -> list[str | int]:
@@ -370,7 +465,7 @@ class SessionStore(SessionBase):
             args += ["0", "", ""]
         return args
 
-    def _move(self, serialized: bytes, ttl_ms: int, user_id: str) -> None:
+    def _move_steps(self, serialized: bytes, ttl_ms: int, user_id: str) -> Steps:
         """Re-key a session whose user changed: the old key goes, a new one is created.
 
         One pipeline: the old key is removed only if it still exists (else ``UpdateError``
@@ -381,52 +476,62 @@ class SessionStore(SessionBase):
         new_key = user_tag(user_id) + get_random_string(32, VALID_KEY_CHARS)
         old_data, old_index, old_sid = _keys_of(old_key)
         new_data, new_index, new_sid = _keys_of(new_key)
-        calls: list[scripts.Call] = [
-            (scripts.script("session_delete"), [old_data, old_index],
-             [old_sid, secrets.token_hex(8)]),
-            (scripts.script("session_save"), [new_data, new_index],
+        moved, created = yield ("many", [
+            ("session_delete", [old_data, old_index], [old_sid, secrets.token_hex(8)]),
+            ("session_save", [new_data, new_index],
              self._save_args(serialized, ttl_ms, new_sid, user_id, create=True)),
-        ]
-        try:
-            moved, created = scripts.run_many(_client(), calls)
-            for result in (moved, created):
-                if isinstance(result, Exception):
-                    raise result
-            if not moved:
-                scripts.script("session_delete")(_client(), [new_data, new_index], [new_sid, ""])
-                raise UpdateError
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc, "save") from exc
+        ])
+        for result in (moved, created):
+            if isinstance(result, Exception):
+                raise result
+        if not moved:
+            yield ("script", "session_delete", [new_data, new_index], [new_sid, ""])
+            raise UpdateError
         if not created:  # a collision of 165 random bits; try once more under another key
-            return self._move(serialized, ttl_ms, user_id)
+            yield from self._move_steps(serialized, ttl_ms, user_id)
+            return
         self._session_key = new_key
 
     def delete(self, session_key: str | None = None) -> None:
+        self._run(self._delete_steps(session_key), "delete")
+
+    async def adelete(self, session_key: str | None = None) -> None:
+        await self._arun(self._delete_steps(session_key), "delete")
+
+    def _delete_steps(self, session_key: str | None) -> Steps:
         if session_key is None:
-            if self.session_key is None:
-                return
             session_key = self.session_key
         if not _is_ours(session_key):
             return
+        assert session_key is not None
         if session_key == self.session_key:
             self._saved_state = None
         data_key, index_key, sid = _keys_of(session_key)
-        try:
-            scripts.script("session_delete")(_client(), [data_key, index_key], [sid, ""])
-        except UNAVAILABLE as exc:
-            raise self._unavailable(exc, "delete") from exc
+        yield ("script", "session_delete", [data_key, index_key], [sid, ""])
 
     def cycle_key(self) -> None:
         self._activity_ms = None  # a new key: its activity is recorded afresh
         super().cycle_key()
 
+    async def acycle_key(self) -> None:
+        self._activity_ms = None
+        await super().acycle_key()
+
     def flush(self) -> None:
         self._activity_ms = None
         super().flush()
 
+    async def aflush(self) -> None:
+        self._activity_ms = None
+        await super().aflush()
+
     @classmethod
     def clear_expired(cls) -> None:
         """Nothing to do: Redis expires sessions and :func:`user_sessions` prunes indexes."""
+
+    @classmethod
+    async def aclear_expired(cls) -> None:
+        """Nothing to do (see :meth:`clear_expired`)."""
 
     # -- activity ----------------------------------------------------------------------
 

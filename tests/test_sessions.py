@@ -548,3 +548,40 @@ def test_saves_racing_a_delete_never_bring_the_session_back(redis_client: redis.
     assert late_saves == []
     assert SessionStore().exists(key) is False
     assert all_keys(redis_client) == []
+
+
+def test_native_async_engine(redis_client: redis.Redis) -> None:
+    """aload/asave/aexists/adelete/acreate/acycle_key/aflush run on redis.asyncio."""
+
+    async def scenario() -> None:
+        store = SessionStore()
+        await store.aset("a", 1)
+        await store.asave()
+        key = store.session_key
+        assert await SessionStore(key).aload() == {"a": 1}
+        assert await store.aexists(key) is True
+        intruder = SessionStore(key)
+        intruder._session_cache = {"b": 2}  # type: ignore[attr-defined]
+        with pytest.raises(CreateError):
+            await intruder.asave(must_create=True)
+        await store.aset("_auth_user_id", "9")
+        await store.asave()  # moves to user 9's tag, through arun_many
+        assert store.session_key is not None and store.session_key.startswith(user_tag("9"))
+        assert await store.aexists(key) is False
+        before_cycle = store.session_key
+        await store.acycle_key()
+        assert store.session_key != before_cycle and not await store.aexists(before_cycle)
+        stale = SessionStore(store.session_key)
+        assert await stale.aget("a") == 1
+        await SessionStore().adelete(store.session_key)
+        await stale.aset("a", 2)
+        with pytest.raises(UpdateError):
+            await stale.asave()
+        await store.aflush()
+        assert store.session_key is None
+        assert await SessionStore("0" * 32 + "a" * 32).aload() == {}
+        await SessionStore.aclear_expired()
+
+    asyncio.run(scenario())
+    for name in all_keys(redis_client):  # only the move's short-lived tombstone is left
+        assert list(redis_client.hkeys(name)) == [b"x"] and 0 < redis_client.pttl(name) <= 60_000

@@ -81,3 +81,22 @@ def test_login_and_logout_through_requests_on_cluster(cluster_settings: str) -> 
         assert devices[0].post("/everywhere-else/").json() == {"revoked": 2}
         assert devices[1].get("/whoami/").json()["user"] is None
         assert devices[0].get("/whoami/").json() == {"user": "carol", "data": "x"}
+
+
+def test_native_async_engine_on_cluster(cluster_settings: str) -> None:
+    import asyncio
+
+    async def scenario() -> None:
+        store = SessionStore()
+        await store.aset("cart", [1])
+        await store.asave()
+        anonymous_key = store.session_key
+        await store.aset(SESSION_KEY, "11")
+        await store.asave()  # the move: a pipeline over two slots
+        assert not await store.aexists(anonymous_key)
+        assert await SessionStore(store.session_key).aload() == {"cart": [1], SESSION_KEY: "11"}
+        await store.acycle_key()
+        await store.adelete()
+
+    asyncio.run(scenario())
+    assert user_sessions(11) == []

@@ -212,3 +212,23 @@ def test_a_revocation_during_the_request_is_still_djangos_400(server: RedisServe
     client = signed_in()
     response = client.get("/revoked-while-running/")
     assert response.status_code == 400  # SessionInterrupted, in either position
+
+
+def test_native_async_engine_during_an_outage(server: RedisServer, alice: Any) -> None:
+    import asyncio
+
+    from django_redispatterns.exceptions import BackendUnavailable
+    from django_redispatterns.sessions import SessionStore
+
+    key = SessionStore()._get_new_session_key()
+    server.kill()
+
+    async def scenario() -> None:
+        store = SessionStore(key)
+        with pytest.raises(BackendUnavailable):
+            await store.aload()
+        assert store.session_key == key  # kept: the cookie is not dropped
+        with pytest.raises(BackendUnavailable):
+            await SessionStore().asave()
+
+    asyncio.run(scenario())
