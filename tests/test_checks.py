@@ -305,7 +305,7 @@ def test_static_checks_never_touch_the_network(redis_server_factory: Any) -> Non
     with override_settings(CACHES=caches, SESSION_ENGINE=OUR_ENGINE,
                            REDIS_PATTERNS={"LOCKS": {"TTL": 10}}):
         messages = django_checks.run_checks(tags=["redispatterns"])
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 1.5  # a network call would hang far longer
     assert messages == []
 
 
