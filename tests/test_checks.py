@@ -75,6 +75,7 @@ def test_every_check_id_is_documented_with_cause_and_fix() -> None:
     "django_redispatterns.cache.RedisCache",
 ])
 def test_redis_cache_with_timeout_none_is_an_error(backend: str) -> None:
+    # Django's own RedisCache counts as Redis too (django-ratelimit #283 flagged it).
     with override_settings(CACHES=redis_cache(backend, TIMEOUT=None)):
         assert checks.check_cache_ttls() == [E001(obj="CACHES['default']", alias="default")]
     with override_settings(CACHES=redis_cache(backend, TIMEOUT=300)):
@@ -290,6 +291,7 @@ def test_unimportable_middleware_does_not_crash_the_check() -> None:
 
 
 def test_checks_are_registered_and_silenceable() -> None:
+    # A shared Redis you cannot change: silence by id (bullmq #2737, cachalot #67).
     with override_settings(CACHES=redis_cache("django_redis.cache.RedisCache", TIMEOUT=None)):
         assert "redispatterns.E001" in ids(django_checks.run_checks(tags=["redispatterns"]))
         with override_settings(SILENCED_SYSTEM_CHECKS=["redispatterns.E001"]):

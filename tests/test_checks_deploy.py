@@ -98,6 +98,7 @@ def test_a_cache_only_instance_with_noeviction_warns(redis_server_factory: Facto
 ])
 def test_sessions_on_an_evicting_instance_warn(redis_server_factory: Factory,
                                                policy: str) -> None:
+    # volatile-* evicts them too: they all have TTLs (sidekiq #5562, bullmq #2215).
     server = server_with(redis_server_factory, policy)
     messages = deploy(server.url, SESSION_ENGINE=OUR_ENGINE)
     assert ids(messages) == ["W013"]
@@ -187,6 +188,7 @@ def test_config_disabled_and_maxmemory_0_is_unknown_not_a_problem(
 
 
 def test_hidden_settings_are_info_only(redis_server_factory: Factory) -> None:
+    # Regression for Sidekiq's "current policy: ''" false alarm (sidekiq #5712, #5086).
     server = server_with(redis_server_factory, "allkeys-lru")
     server.client().acl_setuser("probe", enabled=True, passwords=["+pw"], keys=["*"],
                                 categories=["+@all"], commands=["-config", "-info"])
@@ -269,6 +271,7 @@ def test_unix_socket_urls_work(redis_server_factory: Factory, tmp_path: Any) -> 
 
 
 def test_one_instance_behind_two_urls_is_checked_once(redis_server_factory: Factory) -> None:
+    # The policy is per instance, not per database (fleetyards #4335, cachalot #7).
     server = redis_server_factory()
     caches = {"default": cache(f"redis://127.0.0.1:{server.port}/0"),
               "other": cache(f"redis://localhost:{server.port}/1")}
