@@ -41,11 +41,10 @@ DJANGO_CACHE_SESSION_ENGINES = (
     "django.contrib.sessions.backends.cache",
     "django.contrib.sessions.backends.cached_db",
 )
-REDIS_CACHE_BACKENDS = (
-    "django_redispatterns.cache.RedisCache",
-    "django_redis.cache.RedisCache",
-    "django.core.cache.backends.redis.RedisCache",
-)
+# Backends whose client can be shared through django_redis.get_redis_connection ...
+DJANGO_REDIS_BACKENDS = ("django_redispatterns.cache.RedisCache", "django_redis.cache.RedisCache")
+# ... and every Redis cache backend (Django's own keeps its client to itself).
+REDIS_CACHE_BACKENDS = (*DJANGO_REDIS_BACKENDS, "django.core.cache.backends.redis.RedisCache")
 # Features whose data must never be evicted (their keys all have TTLs, so volatile-*
 # policies evict them too). Rate-limit counters are not listed: losing one resets a
 # window early, which is the cache-like failure a limiter can live with.
@@ -196,29 +195,20 @@ def _load_config() -> tuple[Config | None, list[CheckMessage]]:
 
 
 def _is_redis_backend(backend: str) -> bool:
-    if backend in REDIS_CACHE_BACKENDS:
-        return True
-    try:
-        cls = import_string(backend)
-    except Exception:  # Django's own caches check reports unimportable backends.
-        return False
-    from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
-    from django_redis.cache import RedisCache as DjangoRedisRedisCache
-
-    return isinstance(cls, type) and issubclass(cls, (DjangoRedisCache, DjangoRedisRedisCache))
+    """True for Redis cache backends: django-redis, Django's own, ours, or a subclass."""
+    return backend in REDIS_CACHE_BACKENDS or _subclass_of(
+        backend, "django_redis.cache.RedisCache", "django.core.cache.backends.redis.RedisCache")
 
 
 def _is_django_redis(backend: str) -> bool:
-    """True for backends whose client ``django_redis.get_redis_connection`` understands."""
-    if backend in ("django_redis.cache.RedisCache", "django_redispatterns.cache.RedisCache"):
-        return True
-    try:
-        cls = import_string(backend)
-    except Exception:
-        return False
-    from django_redis.cache import RedisCache as DjangoRedisRedisCache
+    """True for backends whose client ``django_redis.get_redis_connection`` can share."""
+    return backend in DJANGO_REDIS_BACKENDS or _subclass_of(
+        backend, "django_redis.cache.RedisCache")
 
-    return isinstance(cls, type) and issubclass(cls, DjangoRedisRedisCache)
+
+def _subclass_of(path: str, *bases: str) -> bool:
+    cls = _resolve(path)  # unimportable: Django's own checks report it
+    return cls is not None and issubclass(cls, tuple(import_string(b) for b in bases))
 
 
 def _redis_caches() -> dict[str, Mapping[str, Any]]:
@@ -262,7 +252,7 @@ def _check_rules(config: Config) -> list[CheckMessage]:
         return []
     try:
         validate_rules(rules)
-    except ConfigurationError as exc:
+    except (ConfigurationError, TypeError, ValueError) as exc:
         return [E003(obj=SETTING_NAME, error=exc)]
     return []
 
@@ -357,7 +347,7 @@ def _ours(name: str) -> tuple[str, str]:
 def _resolve(path: str) -> type | None:
     try:
         cls = import_string(path)
-    except Exception:  # Django reports broken MIDDLEWARE entries when it loads them
+    except Exception:  # Django reports broken entries itself when it loads them
         return None
     return cls if isinstance(cls, type) else None
 
