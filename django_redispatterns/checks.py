@@ -453,7 +453,7 @@ class ServerFacts:
 def read_facts(client: Any, endpoint: str) -> ServerFacts:
     """Read version, role and eviction settings from a (non-cluster) client.
 
-    Uses ``CONFIG GET maxmemory*`` and falls back to ``INFO`` field by field when CONFIG
+    Uses ``CONFIG GET maxmemory*`` and falls back to ``INFO`` when CONFIG
     is disabled, renamed or denied; what neither reveals stays ``None``. Only reads; never
     writes. Connection errors and timeouts (an unreachable server) reach the caller.
     """
