@@ -2,15 +2,23 @@
 
 Scenarios, each one simulated request of a signed-in user on an existing session:
 1. load + modify + save (``SESSION_SAVE_EVERY_REQUEST`` or any view that writes the session):
-   ours is HMGET + one Lua call that also keeps the per-user index; Django's cache engine is
+   ours is HGET + one Lua call that also keeps the per-user index; Django's cache engine is
    GET, then GET (exists check) + SET; django-redis-sessions is GET + unconditional SETEX;
 2. load only (a request that reads the session and saves nothing).
+
+Each runs twice: on loopback (CPU-bound: Lua and signature checks show), and through a
+small latency proxy standing in for a network link (round trips show).
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
@@ -54,18 +62,31 @@ def _drs_store(url: str) -> type[SessionBase] | None:
     except ImportError:
         print("django-redis-sessions not installed: pip install django-redis-sessions")
         return None
+    from redis_sessions.session import RedisServer
+
     drs_settings.SESSION_REDIS_CONNECTION_OBJECT = redis.Redis.from_url(url)
     drs_settings.SESSION_REDIS_PREFIX = "rptest-drs"
+    RedisServer._RedisServer__redis.clear()  # its class-level client cache
     return DrsStore
 
 
 def run() -> None:
     url = settings.REDIS_URL
-    contenders: dict[str, tuple[type[SessionBase], str]] = {}
-    with override_settings(SESSION_CACHE_ALIAS="default"):
-        contenders["ours (Lua save + per-user index)"] = (OurStore, _user_session(OurStore))
-        contenders["Django cache engine + django-redis"] = (CacheStore,
-                                                            _user_session(CacheStore))
+    _run_on(url, "loopback", ops=1000, rounds=11)
+    with LatencyProxy(url, one_way_ms=0.1) as proxy:
+        _run_on(proxy.url, f"through a {proxy.rtt_ms:.2f} ms round-trip link", ops=200, rounds=5)
+    _cleanup(url)
+
+
+def _run_on(url: str, network: str, *, ops: int, rounds: int) -> None:
+    """Every scenario with all contenders on the Redis at ``url``."""
+    caches = {**settings.CACHES, "bench": {**settings.CACHES["default"], "LOCATION": url}}
+    config = {**settings.REDIS_PATTERNS, "SESSIONS": {"CONNECTION": url}}
+    with override_settings(CACHES=caches, SESSION_CACHE_ALIAS="bench", REDIS_PATTERNS=config):
+        contenders: dict[str, tuple[type[SessionBase], str]] = {
+            "ours (Lua save + per-user index)": (OurStore, _user_session(OurStore)),
+            "Django cache engine + django-redis": (CacheStore, _user_session(CacheStore)),
+        }
         drs = _drs_store(url)
         if drs is not None:
             contenders["django-redis-sessions 0.6.2"] = (drs, _user_session(drs))
@@ -76,12 +97,60 @@ def run() -> None:
         for title, make in scenarios:
             requests: dict[str, Callable[[], object]] = {
                 name: make(cls, key) for name, (cls, key) in contenders.items()}
-            compare(title, requests, ops=1000, rounds=11)
+            compare(f"{title}, {network}", requests, ops=ops, rounds=rounds, warmup=ops // 5)
             print("round trips per request: " + ", ".join(
                 f"{name.split(' (')[0]} {_round_trips(fn)}" for name, fn in requests.items()))
         for cls, key in contenders.values():
             cls(key).delete()
-    _cleanup(url)
+
+
+class LatencyProxy:
+    """A TCP proxy on loopback that delays every chunk by ``one_way_ms`` each way.
+
+    Stands in for a network between app and Redis, where round trips, not CPU, dominate.
+    """
+
+    def __init__(self, url: str, *, one_way_ms: float) -> None:
+        target = urlsplit(url)
+        self.target = (target.hostname or "127.0.0.1", target.port or 6379)
+        self.delay = one_way_ms / 1000
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+        client = redis.Redis.from_url(self.url)
+        started = time.perf_counter()
+        for _ in range(50):
+            client.ping()
+        self.rtt_ms = (time.perf_counter() - started) / 50 * 1000
+        client.close()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                downstream, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for src, dst in ((downstream, upstream), (upstream, downstream)):
+                src.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                time.sleep(self.delay)
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.close()
+
+    def __enter__(self) -> LatencyProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed.set()
+        self.server.close()
 
 
 def _round_trips(fn: Callable[[], object]) -> int:
