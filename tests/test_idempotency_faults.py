@@ -155,3 +155,16 @@ def test_foreign_or_corrupt_record_is_409_never_executed(
     assert "unreadable" in caplog.text or "wrong Redis type" in caplog.text
     assert not marker.path.exists()
     assert runs(redis_client, "charge:start") == 0
+
+
+def test_redis_out_of_memory_is_503_and_the_view_does_not_run(
+    redis_server_factory: Callable[..., RedisServer], redis_client: redis.Redis
+) -> None:
+    server = redis_server_factory()
+    admin = server.client()
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", 1)  # every write is now refused with OOM
+    with on(server):
+        response = post(Client(), "/charge/", key="oom")
+    assert response.status_code == 503 and "Retry-After" in response
+    assert runs(redis_client, "charge:start") == 0
