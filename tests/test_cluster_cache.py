@@ -174,3 +174,19 @@ def test_django_redis_native_sentinel_alias_gives_sync_and_async_clients(
         value, info = asyncio.run(main())
     connection.reset_clients()
     assert value == b"1" and info["role"] == "master"
+
+
+def test_connection_factory_passes_plain_urls_to_django_redis(redis_url: str,
+                                                              redis_client: Any) -> None:
+    """With a plain redis:// LOCATION our factory is django-redis's own: same pool, options."""
+    connection.reset_clients()
+    with override_settings(CACHES=cache_settings(redis_url)):
+        cache = caches["patterns"]
+        client = cache.client.get_client()
+        assert not connection.is_cluster(client)
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == 2
+        cache.set("plain-factory", 1, timeout=60)
+        assert redis_client.pttl(cache.make_key("plain-factory")) > 0
+        cache.client.connection_factory.disconnect(client)  # the CLOSE_CONNECTION path
+        assert cache.get("plain-factory") == 1  # the pool reconnects
+    connection.reset_clients()
