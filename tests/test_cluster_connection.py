@@ -280,3 +280,28 @@ def test_sentinel_client_does_not_resend_a_timed_out_script(
             SLOW_INCR(client, ["rptest:slow"], [700])
         time.sleep(1.5)
         assert int(redis_sentinel.primary().client().get("rptest:slow")) == 1
+
+
+def test_async_multi_key_script_retries_tryagain_then_gives_a_clear_error(
+    redis_cluster: ClusterTopology, cluster_settings: str
+) -> None:
+    client = connection.get_client()
+    a, b, slot, source, target = split_pair(redis_cluster, client, "mig4")
+
+    async def main() -> list[object]:
+        aclient = connection.get_async_client()
+        try:
+            with pytest.raises(ClusterUnavailable):
+                await PAIR.acall(aclient, [a, b])  # the migration does not end in time
+            finisher = threading.Timer(0.5, redis_cluster.migrate_slot_finish,
+                                       (slot, source, target))
+            finisher.start()
+            try:
+                return [await PAIR.acall(aclient, [a, b])]  # ends while we back off
+            finally:
+                finisher.join()
+        finally:
+            await aclient.aclose()
+
+    assert asyncio.run(main()) == [2]
+    assert int(client.get(b)) == 2
