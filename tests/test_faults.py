@@ -163,15 +163,17 @@ def test_kill_and_restart_without_persistence(app: RedisServer) -> None:
     assert browser.request("get", "/cache/").json() == {"report": 3}
 
 
-@pytest.mark.parametrize("fault", ["client_pause", "sigstop"])
+@pytest.mark.parametrize("fault", ["client_pause", "client_pause_write", "sigstop"])
 def test_server_unresponsive_longer_than_the_socket_timeout(app: RedisServer, fault: str) -> None:
     browser = Browser()
     before = assert_healthy_before(browser)
     session_cookie = before["sess"].cookies["sessionid"].value
 
     admin = app.client()
-    if fault == "client_pause":
-        admin.execute_command("CLIENT", "PAUSE", int(FAULT_SECONDS * 1000), "ALL")
+    if fault.startswith("client_pause"):
+        # WRITE mode (what a failover does) still serves reads but blocks every script
+        mode = "WRITE" if fault.endswith("write") else "ALL"
+        admin.execute_command("CLIENT", "PAUSE", int(FAULT_SECONDS * 1000), mode)
         end_fault: Callable[[], None] = lambda: None  # noqa: E731 - it ends by itself
     else:
         app.pause()
