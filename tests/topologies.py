@@ -16,6 +16,7 @@ Start-up waits are bounded and poll with short sleeps (test code, not library co
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
         time.sleep(step)
 
 
+@functools.cache
 def server_version(binary: str | None = None) -> tuple[int, ...]:
     out = subprocess.run([binary or redis_server_binary() or "redis-server", "--version"],
                          capture_output=True, text=True).stdout
