@@ -567,3 +567,30 @@ def test_save_every_request_slides_the_expiry(redis_client: redis.Redis) -> None
 
     assert redis_client.pttl(data_key) > settings.SESSION_COOKIE_AGE * 1000 - 5000
     assert_index_exact(redis_client, user)
+
+
+@pytest.mark.django_db(transaction=True)  # alogin saves last_login from another thread
+def test_async_alogin_and_alogout_keep_the_index_exact(redis_client: redis.Redis) -> None:
+    import asyncio
+
+    from django.contrib.auth import alogin, alogout
+    from django.test import RequestFactory
+
+    user = make_user()
+
+    async def scenario() -> str:
+        request = RequestFactory().get("/")
+        request.session = SessionStore()
+        await request.session.aset("cart", "x")
+        await request.session.asave()
+        await alogin(request, user)
+        await request.session.asave()  # what the middleware does after the view
+        key = request.session.session_key or ""
+        assert key.startswith(user_tag(str(user.pk)))
+        assert indexed(redis_client, user) == {session_handle(key)}
+        await alogout(request)
+        return key
+
+    key = asyncio.run(scenario())
+    assert indexed(redis_client, user) == set()
+    assert SessionStore().exists(key) is False
