@@ -130,6 +130,8 @@ def _is_ours(session_key: str | None) -> bool:
 
 def _user_id_of(user: Any) -> str:
     """The string Django stores under ``_auth_user_id`` for ``user`` (a user or a pk)."""
+    if getattr(user, "is_anonymous", False) is True:
+        raise ValueError("an anonymous user has no sessions index; pass a user or a user id")
     meta = getattr(user, "_meta", None)
     if meta is not None:
         return str(meta.pk.value_to_string(user))

@@ -594,3 +594,14 @@ def test_async_alogin_and_alogout_keep_the_index_exact(redis_client: redis.Redis
     key = asyncio.run(scenario())
     assert indexed(redis_client, user) == set()
     assert SessionStore().exists(key) is False
+
+
+@pytest.mark.parametrize("bad", [None, ""])
+def test_index_functions_name_bad_users(bad: Any) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    for who in (AnonymousUser(), bad):
+        with pytest.raises(ValueError, match="user"):
+            user_sessions(who)
+        with pytest.raises(ValueError, match="user"):
+            logout_everywhere(who)
