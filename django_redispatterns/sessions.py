@@ -7,12 +7,13 @@ itself, only ``sid = blake2b(key)``:
 
 * ``<prefix>:sess:{tag}:s:<sid>`` — a hash: ``d`` the signed data (Django's
   ``SESSION_SERIALIZER``), ``c`` created, ``a`` last activity, ``ip``, ``ua``; TTL = expiry age;
-* ``<prefix>:sess:{tag}:u`` — the user's index, a sorted set ``sid -> expiry (ms)`` whose TTL is
-  the expiry of its longest-lived member.
+* ``<prefix>:sess:{tag}:u`` — the user's index, a sorted set ``sid -> expiry (ms, within
+  60 s)`` that outlives its longest-lived member by at most 60 s.
 
-So ``load()`` finds the data from the cookie alone (one ``HMGET``), and ``save()`` updates the
+So ``load()`` finds the data from the cookie alone (one ``HGET``), and ``save()`` updates the
 data and the index in one Lua call on one Cluster slot. A session whose user changes gets a new
-key (with the new user's tag) when it is saved.
+key (with the new user's tag) when it is saved. Every Redis-touching method is written once as
+a generator of Redis steps, run by a sync or an asyncio runner.
 """
 
 from __future__ import annotations
