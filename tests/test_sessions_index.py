@@ -605,3 +605,13 @@ def test_index_functions_name_bad_users(bad: Any) -> None:
             user_sessions(who)
         with pytest.raises(ValueError, match="user"):
             logout_everywhere(who)
+
+
+@pytest.mark.parametrize(("address", "stored"), [
+    ("203.0.113.77", "203.0.113.0/24"), ("::ffff:203.0.113.77", "203.0.113.0/24"),
+    ("2001:db8:abcd:12::1", "2001:db8:abcd::/48"), ("not an ip", ""), ("", ""),
+])
+def test_stored_ip_truncation(address: str, stored: str) -> None:
+    from django_redispatterns.middleware.sessions import stored_ip
+
+    assert stored_ip(address) == stored

@@ -60,6 +60,8 @@ def stored_ip(address: str) -> str:
         ip = ipaddress.ip_address(address.strip())
     except ValueError:
         return ""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:203.0.113.7 is an IPv4 client
     if mode == "hash":
         return keys.identity_hash(ip.compressed, purpose="sessions.ip")[:16]
     prefix = 24 if ip.version == 4 else 48
