@@ -18,7 +18,7 @@ def make_cache(url: str, **options: Any) -> Any:
     params: dict[str, Any] = {
         "KEY_PREFIX": options.pop("KEY_PREFIX", PREFIX),
         "TIMEOUT": options.pop("TIMEOUT", 300),
-        "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2, **options},
+        "OPTIONS": {"SOCKET_TIMEOUT": 5, "SOCKET_CONNECT_TIMEOUT": 5, **options},
     }
     return RedisCache(url, params)
 

@@ -50,6 +50,7 @@ logger = logging.getLogger("django_redispatterns.cache")
 
 _REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, socket.timeout, OSError)
 _MISSING = object()
+_MAGIC_LEN = len(envelope.MAGIC)
 _FAILED = object()
 
 
@@ -139,22 +140,26 @@ class RedisCache(DjangoRedisCache):
         self._options = options
         # django-redis builds its client from this class (lazily, in its ``client``
         # property, which tests may patch): the same class plus envelope-aware decode.
-        self._client_cls = _client_class(self._client_cls)  # type: ignore[has-type]
+        base: type = self._client_cls  # type: ignore[has-type]
+        self._herd = issubclass(base, HerdClient)
+        self._shard = issubclass(base, ShardClient)
+        self._plain_decode = base.decode  # type: ignore[attr-defined] # the hit path skips the envelope-aware wrapper
+        self._client_cls = _client_class(base)
 
     # --- client ---------------------------------------------------------------------
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so
         # with it get_or_set keeps Django's behaviour instead of mixing the two formats.
-        return not isinstance(self.client, HerdClient)
+        return not self._herd
 
     def _primary(self, nkey: str) -> Any:
-        if isinstance(self.client, ShardClient):
+        if self._shard:
             return self.client.get_server(nkey)
         return self.client.get_client(write=True)
 
     def _reader(self, nkey: str) -> Any:
-        if isinstance(self.client, ShardClient):
+        if self._shard:
             return self.client.get_server(nkey)
         return self.client.get_client(write=False)
 
@@ -205,7 +210,7 @@ class RedisCache(DjangoRedisCache):
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
                  version: int | None = None, client: Any = None) -> Any:
         ttl = self._resolve_ttl(timeout)
-        if not self._jitter or isinstance(self.client, ShardClient):
+        if not self._jitter or self._shard:
             return super().set_many(data, ttl, version=version, client=client)
         return self._set_many_jittered(data, timeout, version)
 
@@ -240,6 +245,17 @@ class RedisCache(DjangoRedisCache):
             return envelope.Entry(self.client.decode(payload), header, soft_expiry, delta)
         return self.client.decode(raw)
 
+    def _fresh(self, raw: bytes) -> Any:
+        """The value of a hit that needs no refresh, else ``_MISSING`` (stale, or XFetch
+        picked this caller to recompute early)."""
+        if raw[:_MAGIC_LEN] != envelope.MAGIC:
+            return self._plain_decode(self.client, raw)
+        found = self._decode_raw(raw)
+        now = time.time()
+        if found.is_stale(now) or found.refresh_early(now, self._policy.beta):
+            return _MISSING
+        return found.value
+
     def _visible(self, raw: Any, default: Any) -> Any:
         """What plain ``get`` returns: an envelope past its soft expiry is a miss."""
         found = self._decode_raw(raw)
@@ -249,18 +265,24 @@ class RedisCache(DjangoRedisCache):
 
     def get(self, key: Any, default: Any = None, version: int | None = None,
             client: Any = None) -> Any:
-        if isinstance(self.client, HerdClient):
+        if self._herd:
             return super().get(key, default, version, client)
-        nkey = self.client.make_key(key, version=version)
-        conn = client if client is not None else self._reader(nkey)
+        dr_client = self.client
+        nkey = dr_client.make_key(key, version=version)
+        if client is None:
+            client = dr_client.get_server(nkey) if self._shard else dr_client.get_client(False)
         try:
-            raw = conn.get(nkey)
+            raw = client.get(nkey)
         except _REDIS_ERRORS as exc:
             return self._degraded("get", exc, default)
-        return default if raw is None else self._visible(raw, default)
+        if raw is None:
+            return default
+        if raw[:_MAGIC_LEN] != envelope.MAGIC:  # the hit path: django-redis's own decode
+            return self._plain_decode(dr_client, raw)
+        return self._visible(raw, default)
 
     def get_many(self, keys: Iterable[Any], version: int | None = None, client: Any = None) -> Any:
-        if isinstance(self.client, (HerdClient, ShardClient)):
+        if self._herd or self._shard:
             return super().get_many(keys, version=version, client=client)
         keys = list(keys)
         if not keys:
@@ -316,8 +338,10 @@ class RedisCache(DjangoRedisCache):
         except _REDIS_ERRORS as exc:
             self._degraded("get_or_set", exc, None)
             return default() if callable(default) else default
-        if raw is not None:  # a hit, or a stale / early value: no waiting involved
-            return flow(raw)
+        if raw is not None:
+            hit = self._fresh(raw)
+            # A hit returns here; a stale or early value goes through the flow (no waiting).
+            return flow(raw) if hit is _MISSING else hit
         return self._coalesced(key, (repr(self._server), nkey),
                                lambda waited: flow(None, waited))
 
@@ -416,7 +440,7 @@ class RedisCache(DjangoRedisCache):
              ignore_key_check: bool = False) -> Any:
         """Atomic INCRBY that keeps the TTL (one EVALSHA). Beyond 64 bits, an optimistic
         WATCH/MULTI update, still atomic. A missing key raises ``ValueError``."""
-        if isinstance(self.client, (HerdClient, ShardClient)):
+        if self._herd or self._shard:
             return super().incr(key, delta, version=version, client=client,
                                 **({"ignore_key_check": True} if ignore_key_check else {}))
         nkey = self.client.make_key(key, version=version)
@@ -464,7 +488,7 @@ class RedisCache(DjangoRedisCache):
         django-redis's FLUSHDB."""
         if self._clear_flushdb:
             return super().clear()
-        if isinstance(self.client, ShardClient):
+        if self._shard:
             conns = list(self.client._serverdict.values())
         else:
             conns = [self.client.get_client(write=True)]
@@ -701,7 +725,8 @@ class RedisCache(DjangoRedisCache):
             self._degraded("get_or_set", exc, None)
             return await _maybe_await(default() if callable(default) else default)
         if raw is not None:
-            return await flow(raw)
+            hit = self._fresh(raw)
+            return await flow(raw) if hit is _MISSING else hit
         return await self._acoalesced(key, (repr(self._server), nkey),
                                       lambda waited: flow(None, waited))
 
