@@ -45,10 +45,12 @@ MIDDLEWARE = [
 
 CACHES = {
     "default": {
-        "BACKEND": "django_redis.cache.RedisCache",
+        # django-redis extended: TTL discipline and stampede protection (docs/cache.md).
+        "BACKEND": "django_redispatterns.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "TIMEOUT": 300,
         "KEY_PREFIX": "demo-cache",
+        "OPTIONS": {"STALE_TTL": 30, "TTL_JITTER": 0.1},
     },
 }
 
