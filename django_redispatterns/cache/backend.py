@@ -143,7 +143,8 @@ class RedisCache(DjangoRedisCache):
         base: type = self._client_cls  # type: ignore[has-type]
         self._herd = issubclass(base, HerdClient)
         self._shard = issubclass(base, ShardClient)
-        self._plain_decode = base.decode  # type: ignore[attr-defined] # the hit path skips the envelope-aware wrapper
+        # The hit path calls django-redis's own decode, skipping the envelope-aware wrapper.
+        self._plain_decode = base.decode  # type: ignore[attr-defined]
         self._client_cls = _client_class(base)
 
     # --- client ---------------------------------------------------------------------
