@@ -10,7 +10,7 @@ On Redis Cluster a call can also be *rejected before it runs*: ``TRYAGAIN`` whil
 slot of its keys is being migrated (keys split between two nodes), ``CLUSTERDOWN`` while
 a failed master is being replaced. redis-py follows ``MOVED``/``ASK`` itself and gives up
 on ``TRYAGAIN`` after ~0.4 s; such rejected calls are re-sent here with jittered
-exponential back-off for up to :data:`REJECTION_RETRY_SECONDS`, then
+exponential back-off for up to :func:`rejection_budget` seconds, then
 :class:`~django_redispatterns.exceptions.ClusterUnavailable` is raised. This is safe for
 every script, idempotent or not, because a rejected script never ran. Timeouts and
 connection errors are *not* retried here (the script may have run; SPEC D4).
@@ -50,8 +50,16 @@ ArgT = str | bytes | int | float
 
 logger = logging.getLogger("django_redispatterns.scripts")
 
-#: How long a script rejected by Redis Cluster (TRYAGAIN, CLUSTERDOWN) is re-sent.
+#: The longest a script rejected by Redis Cluster (TRYAGAIN, CLUSTERDOWN) is re-sent.
 REJECTION_RETRY_SECONDS = 2.0
+
+
+def rejection_budget() -> float:
+    """Seconds a rejected script is re-sent: ``REDIS_PATTERNS["SOCKET_TIMEOUT"]`` (the bound
+    on any decision), at most :data:`REJECTION_RETRY_SECONDS`, at least 0.1 s."""
+    from .conf import get_config
+
+    return min(REJECTION_RETRY_SECONDS, max(0.1, float(get_config()["SOCKET_TIMEOUT"])))
 
 
 def rejected_before_running(exc: BaseException) -> bool:
@@ -66,13 +74,14 @@ class _Backoff:
     """Jittered exponential back-off (20 ms doubling, capped at 500 ms) under a deadline.
 
     Not busy polling: each wait follows a rejection from the server, and the total is
-    bounded by :data:`REJECTION_RETRY_SECONDS`.
+    bounded by :func:`rejection_budget`.
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.attempt = 0
-        self.deadline = time.monotonic() + REJECTION_RETRY_SECONDS
+        self.budget = rejection_budget()
+        self.deadline = time.monotonic() + self.budget
 
     def delay(self, exc: BaseException) -> float:
         """Seconds to wait before the next attempt; raises once the deadline would pass."""
@@ -83,7 +92,7 @@ class _Backoff:
                            self.name, exc)
             raise ClusterUnavailable(
                 f"Redis Cluster rejected script {self.name!r} for "
-                f"{REJECTION_RETRY_SECONDS:g}s ({exc}); it did not run. A slot migration "
+                f"{self.budget:g}s ({exc}); it did not run. A slot migration "
                 "or failover is in progress."
             ) from exc
         return delay

@@ -136,7 +136,7 @@ def test_lock_namespace_survives_a_live_slot_migration(
     # Move half of the namespace's keys now: the slot is split between two nodes.
     moved = [held_key("held-during-move")]
     redis_cluster.migrate_keys(source, target, moved)
-    finisher = threading.Timer(0.8, redis_cluster.migrate_slot_finish, (slot, source, target))
+    finisher = threading.Timer(0.5, redis_cluster.migrate_slot_finish, (slot, source, target))
     finisher.start()
     try:
         started = time.monotonic()
@@ -147,7 +147,7 @@ def test_lock_namespace_survives_a_live_slot_migration(
         with Lock("taken-during-move", ttl=5) as other:
             assert other.owned()
         waited = time.monotonic() - started
-        assert 0.5 < waited < 10  # rejected (TRYAGAIN) until the migration finished
+        assert 0.3 < waited < 10  # rejected (TRYAGAIN) until the migration finished
     finally:
         finisher.join()
     assert redis_cluster.master_for_slot(slot).port == target.port

@@ -327,9 +327,6 @@ def test_demoted_primary_behind_a_plain_url_follows_each_policy_and_recovers(
     assert after["cache"].status_code == 200
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cache/backend.py:50 _REDIS_ERRORS has no ReadOnlyError/ClusterError/TryAgainError: "
-    "get_or_set raises (HTTP 500) instead of computing the value (SPEC D3)"))
 def test_cache_degrades_when_the_primary_is_demoted(
     app: RedisServer, redis_server_factory: Callable[..., RedisServer]
 ) -> None:

@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.core.cache import caches
 from django.test import Client, override_settings
 
 from django_redispatterns import connection
 from django_redispatterns.exceptions import BackendUnavailable
 from django_redispatterns.locks import Lock, held_key
 from django_redispatterns.ratelimit import RateLimiter
+from tests.test_cluster_cache import cache_settings
 from tests.topologies import ClusterTopology, SentinelTopology, wait_for
 from tests.topology_fixtures import use_connection
 
@@ -261,6 +263,12 @@ def test_cluster_down_keeps_sessions_on_healthy_masters_signed_in(
             assert took < CALL_BOUND
             assert response.status_code == 503, response.content
             assert not session_cookie_deleted(response)
+        # the cache degrades to computing (IGNORE_EXCEPTIONS) instead of raising CLUSTERDOWN
+        caches_on_cluster = cache_settings(cluster.url, IGNORE_EXCEPTIONS=True)
+        with override_settings(CACHES=caches_on_cluster):
+            value, took = timed(lambda: caches["patterns"].get_or_set(
+                "report", lambda: "computed", 60))
+        assert value == "computed" and took < CALL_BOUND
         victim.start()
         cluster.wait_healthy()
         assert browser.cookies["sessionid"].value == session_key

@@ -48,7 +48,13 @@ from . import envelope, stampede
 
 logger = logging.getLogger("django_redispatterns.cache")
 
-_REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, socket.timeout, OSError)
+# "Redis cannot serve this now": also a demoted primary (READONLY), a full one (OOM) and
+# Redis Cluster's CLUSTERDOWN / TRYAGAIN / "TTL exhausted" (django-redis's
+# IGNORE_EXCEPTIONS treats every ResponseError this way).
+_REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, redis.exceptions.ReadOnlyError,
+                 redis.exceptions.OutOfMemoryError, redis.exceptions.ClusterError,
+                 redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError,
+                 socket.timeout, OSError)
 _MISSING = object()
 _MAGIC_LEN = len(envelope.MAGIC)
 _FAILED = object()
