@@ -315,10 +315,12 @@ def test_xfetch_probability_matches_the_paper() -> None:
     assert not forever.refresh_early(now, 1.0)
 
 
-@pytest.mark.parametrize("beta", [1.0, 0.0])
+@pytest.mark.parametrize("beta", [3.0, 0.0])
 def test_xfetch_keeps_a_hot_key_from_ever_missing(
     client: redis.Redis, redis_url: str, beta: float
 ) -> None:
+    """C-09: a hot key is recomputed by one reader shortly before it expires, so readers
+    never see it missing. beta=0 (XFetch off) is the control that must see misses."""
     cache = make_cache(redis_url, XFETCH_BETA=beta)
     running = []
 
@@ -327,19 +329,19 @@ def test_xfetch_keeps_a_hot_key_from_ever_missing(
         assert len(running) == 1, "two recomputes at once"
         client.incr(COUNTER)
         client.expire(COUNTER, 60)
-        time.sleep(0.05)
+        time.sleep(0.1)
         running.pop()
         return "fresh"
 
-    cache.get_or_set("xf", compute, 1)
+    cache.get_or_set("xf", compute, 1.5)
     misses = []
-    stop = time.monotonic() + 3.2
+    stop = time.monotonic() + 4.0
 
     def reader() -> None:
         while time.monotonic() < stop:
             if cache.get("xf") is None:
                 misses.append(1)
-            cache.get_or_set("xf", compute, 1)
+            cache.get_or_set("xf", compute, 1.5)
             time.sleep(0.005)
 
     threads = [threading.Thread(target=reader) for _ in range(4)]
@@ -348,10 +350,10 @@ def test_xfetch_keeps_a_hot_key_from_ever_missing(
     for t in threads:
         t.join()
     n = computes(client)
-    # One recompute per window, a little before expiry (earlier the more readers there are:
-    # about delta * ln(reads per second * delta) ahead), never two at once.
-    if beta == 0:  # the control: without XFetch the readers see every expiry
+    if beta == 0:  # the control: without XFetch the readers see the expiries
         assert len(misses) >= 2, misses
         return
-    assert 3 <= n <= 10, n
-    assert len(misses) <= 1  # refreshed before it expired
+    # About one recompute per window, ahead of expiry by ~ delta*beta*ln(reads/s * delta*beta)
+    # (earlier the more readers there are), never two at once.
+    assert 3 <= n <= 14, n
+    assert len(misses) <= 1  # refreshed before it expired, not after
