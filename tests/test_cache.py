@@ -426,3 +426,53 @@ def test_counting_helper_counts(redis_client: redis.Redis) -> None:
     compute = counting(redis_client, f"{PREFIX}:count:helper")
     compute()
     assert redis_client.get(f"{PREFIX}:count:helper") == b"1"
+
+
+# --- competitor regressions (ANCHORS 1.1 / 1.2) ---------------------------------------
+
+
+def test_set_keeps_xx_and_nx(cache: Any) -> None:
+    """django-redis's HerdClient silently drops ``xx=``."""
+    assert cache.set("xx", 1, 30, xx=True) is False and cache.get("xx") is None
+    assert cache.set("xx", 1, 30, nx=True) is True
+    assert cache.set("xx", 2, 30, xx=True) is True and cache.get("xx") == 2
+
+
+def test_incr_past_64_bits_is_exact_under_concurrency(cache: Any) -> None:
+    """django-redis falls back to a non-atomic GET + SET once INCRBY overflows."""
+    import threading
+
+    cache.set("big-ctr", 2**63 - 1, 30)
+    threads = [threading.Thread(target=lambda: [cache.incr("big-ctr") for _ in range(20)])
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert cache.get("big-ctr") == 2**63 - 1 + 160
+    assert 0 < cache.ttl("big-ctr") <= 30
+
+
+def test_lock_keys_follow_prefix_and_version(cache: Any) -> None:
+    """python-redis-lock's locked_get_or_set lock key ignores KEY_PREFIX and VERSION."""
+    v1 = cache._companion_key(str(cache.client.make_key("k", version=1)), "lock")
+    v2 = cache._companion_key(str(cache.client.make_key("k", version=2)), "lock")
+    assert v1.startswith(f"{PREFIX}:") and v2.startswith(f"{PREFIX}:") and v1 != v2
+
+
+def test_async_raising_computer_releases_the_lock_at_once(
+    cache: Any, redis_client: redis.Redis
+) -> None:
+    async def fail() -> str:
+        raise LookupError("async computer failed")
+
+    async def run() -> Any:
+        with pytest.raises(LookupError):
+            await cache.aget_or_set("afail", fail, 30)
+        started = time.monotonic()
+        value = await cache.aget_or_set("afail", lambda: "second try", 30)
+        return value, time.monotonic() - started
+
+    value, seconds = asyncio.run(run())
+    assert value == "second try" and seconds < 1  # no lease to wait out
+    assert not list(redis_client.scan_iter(match=f"{PREFIX}:*rp-lock*"))
