@@ -111,7 +111,8 @@ def get_or_set_flow(
         holder, pttl_ms = reply[1], int(reply[2])
         holder = holder.decode() if isinstance(holder, bytes) else str(holder)
         if stale is not None:  # another caller refreshes: serve what we have, at once
-            signals.stale_value_served.send(type(cache), key=key, cache=cache)
+            if stale.is_stale(time.time()):  # (not for an early refresh of a fresh value)
+                signals.stale_value_served.send(type(cache), key=key, cache=cache)
             return stale.value
         if waited_since is None:
             waited_since = time.monotonic()
