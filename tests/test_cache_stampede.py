@@ -105,6 +105,7 @@ def test_50_threads_missing_one_key_compute_once(client: redis.Redis, redis_url:
         results, _ = run_threads(50, lambda: cache.get_or_set("hot", compute, 60))
     assert computes(client) == 1
     assert results == [{"answer": 42}] * 50
+    assert len({id(r) for r in results}) == 50  # each caller got its own copy, as from a GET
     waits = [kw for name, kw in rec.events if name == "stampede_wait"]
     assert len(waits) == 49 and all(kw["waited"] and kw["seconds"] > 0 for kw in waits)
 
