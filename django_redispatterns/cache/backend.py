@@ -170,6 +170,14 @@ class RedisCache(DjangoRedisCache):
             return self.client.get_server(nkey)
         return self.client.get_client(write=False)
 
+    def _lock_elsewhere(self, nkey: str) -> bool:
+        """True on Redis Cluster for a key whose lock cannot share its slot."""
+        if self._companion_key(nkey, "lock").startswith(f"{self.key_prefix}:{{"):
+            return False
+        from ..connection import is_cluster
+
+        return is_cluster(self._primary(nkey))
+
     def _companion_key(self, nkey: str, kind: str) -> str:
         """A key of ours next to cache key ``nkey``: same hash slot (a script touches
         both on Redis Cluster), inside this cache's KEY_PREFIX, and outside the
@@ -347,8 +355,14 @@ class RedisCache(DjangoRedisCache):
             return default() if callable(default) else default
         if raw is not None:
             hit = self._fresh(raw)
-            # A hit returns here; a stale or early value goes through the flow (no waiting).
-            return flow(raw) if hit is _MISSING else hit
+            if hit is not _MISSING:
+                return hit  # the hit path: one GET
+        if self._lock_elsewhere(nkey):
+            # No key can share this key's Cluster slot, so no script can lock it: keep
+            # Django's algorithm (get, compute, add) for it rather than fail with CROSSSLOT.
+            return super().get_or_set(key, default, timeout, version)
+        if raw is not None:  # stale, or XFetch picked us: through the flow, no waiting
+            return flow(raw)
         return self._coalesced(key, (repr(self._server), nkey),
                                lambda waited: flow(None, waited))
 
