@@ -336,27 +336,31 @@ class RedisCache(DjangoRedisCache):
         key, the callable runs once across all threads and processes while the others
         wait (bounded) for its value, or get the stale value (``STALE_TTL``). Its
         exception reaches only the caller that ran it. A hit is one GET."""
-        if not self._single_flight():
+        if self._herd:
             return super().get_or_set(key, default, timeout, version)
         ttl = self._resolve_ttl(timeout)
-        nkey = self.client.make_key(key, version=version)
+        dr_client = self.client
+        nkey = dr_client.make_key(key, version=version)
+        raw: Any = stampede.UNREAD
+        if ttl is None or ttl > 0:
+            try:
+                raw = (dr_client.get_server(nkey) if self._shard
+                       else dr_client.get_client(False)).get(nkey)
+            except _REDIS_ERRORS as exc:
+                self._degraded("get_or_set", exc, None)
+                return default() if callable(default) else default
+            if raw is not None:
+                hit = self._fresh(raw)
+                if hit is not _MISSING:
+                    return hit  # the hit path: one GET
 
         def flow(raw: Any, waited: float = 0.0) -> Any:
             return self._drive(
                 stampede.get_or_set_flow(self, key, ttl, nkey, self._policy, raw, waited),
                 default)
 
-        if ttl is not None and ttl <= 0:
-            return flow(stampede.UNREAD)
-        try:
-            raw = self._reader(nkey).get(nkey)
-        except _REDIS_ERRORS as exc:
-            self._degraded("get_or_set", exc, None)
-            return default() if callable(default) else default
-        if raw is not None:
-            hit = self._fresh(raw)
-            if hit is not _MISSING:
-                return hit  # the hit path: one GET
+        if raw is stampede.UNREAD:  # timeout <= 0: compute, store nothing
+            return flow(raw)
         if self._lock_elsewhere(nkey):
             # No key can share this key's Cluster slot, so no script can lock it: keep
             # Django's algorithm (get, compute, add) for it rather than fail with CROSSSLOT.
