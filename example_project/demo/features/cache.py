@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.core.cache.backends.base import BaseCache
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -80,7 +80,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "seconds": round(time.monotonic() - started, 3),
         "computes": cache.get(COMPUTES, 0),
         "ttl": cache.ttl(report.cache_key("eu")),  # type: ignore[attr-defined]
-        "ours": isinstance(cache, RedisCache),
+        "ours": isinstance(caches["default"], RedisCache),
         "stampede": request.session.pop("stampede", None),
         "threads": THREADS,
     })
