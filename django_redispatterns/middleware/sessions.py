@@ -1,7 +1,8 @@
 """``SessionActivityMiddleware``: device metadata for the session index, and SPEC D3.
 
-Install it directly **above** Django's ``SessionMiddleware`` (the system check
-``redispatterns.E009`` says so)::
+Install it directly **above** Django's ``SessionMiddleware`` (recommended; below it keeps
+the same guarantees; the system check ``redispatterns.E009`` fires when ``SessionMiddleware``
+is missing)::
 
     MIDDLEWARE = [
         ...,
