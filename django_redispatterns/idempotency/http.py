@@ -8,7 +8,6 @@ Shared by :class:`~django_redispatterns.middleware.IdempotencyMiddleware` and th
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from collections.abc import Callable, Collection, Iterator
@@ -32,6 +31,7 @@ from ..exceptions import (
     IdempotencyKeyReused,
     InvalidIdempotencyKey,
 )
+from ..problems import problem_response
 from .store import Claim, Fingerprint, IdempotencyStore, StoredResponse
 
 logger = logging.getLogger("django_redispatterns.idempotency")
@@ -254,14 +254,7 @@ def _form_chunks(request: HttpRequest) -> Iterator[bytes]:
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
     """An RFC 9457 problem+json answer; ``code`` is stable and machine-readable."""
-    body = {"type": "about:blank", "title": _TITLES[status], "status": status,
-            "code": code, "detail": detail, **extra}
-    return HttpResponse(json.dumps(body), status=status,
-                        content_type="application/problem+json")
-
-
-_TITLES = {400: "Bad Request", 409: "Conflict", 422: "Unprocessable Content",
-           503: "Service Unavailable"}
+    return problem_response(status, code, detail, **extra)
 
 
 def replay(stored: StoredResponse) -> HttpResponse:
@@ -374,10 +367,9 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
         logger.info("idempotency conflict for %s: %s", exc.key_hash[:12], exc)
         signals.idempotency_conflict.send(IdempotencyStore, request=request,
                                           key_hash=exc.key_hash)
-        response = problem(409, "idempotency_key_in_use",
-                           f"{exc}; retry after the first request finishes.")
-        response["Retry-After"] = str(max(1, exc.retry_after))
-        return response
+        return problem(409, "idempotency_key_in_use",
+                       f"{exc}; retry after the first request finishes.",
+                       retry_after=exc.retry_after)
     if isinstance(exc, IdempotencyKeyReused):
         logger.info("idempotency key %s reused with a different %s", exc.key_hash[:12],
                     "/".join(exc.fields))
@@ -387,10 +379,9 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
                        f"This key was used for a request with a different "
                        f"{', '.join(exc.fields)}.", mismatch=list(exc.fields))
     logger.error("idempotency: %s; answering 503 (fail closed: SPEC D3)", exc)
-    response = problem(503, "idempotency_unavailable",
-                       "Idempotency records cannot be reached; the request was not run.")
-    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
-    return response
+    return problem(503, "idempotency_unavailable",
+                   "Idempotency records cannot be reached; the request was not run.",
+                   retry_after=UNAVAILABLE_RETRY_AFTER)
 
 
 # --- after the view ----------------------------------------------------------------------

@@ -28,7 +28,6 @@ It does two things:
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +40,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from .. import keys
 from ..conf import get_config
 from ..exceptions import BackendUnavailable
+from ..problems import problem_response
 from ..sessions import USER_AGENT_MAX, SessionStore, current_activity
 
 logger = logging.getLogger("django_redispatterns.sessions")
@@ -77,12 +77,11 @@ def activity_of(request: HttpRequest) -> tuple[str, str]:
 
 def unavailable_response() -> HttpResponse:
     """503, RFC 9457 problem+json with the stable code ``session_store_unavailable``."""
-    body = {"type": "about:blank", "title": "Service Unavailable", "status": 503,
-            "code": "session_store_unavailable",
-            "detail": "The session store is unreachable; please retry shortly."}
-    response = HttpResponse(json.dumps(body), status=503,
-                            content_type="application/problem+json")
-    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    response = problem_response(
+        503, "session_store_unavailable",
+        "The session store is unreachable; please retry shortly.",
+        retry_after=RETRY_AFTER_SECONDS,
+    )
     response["Cache-Control"] = "no-store"
     return response
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 
 from ..conf import get_config
 from ..exceptions import BackendUnavailable, ConfigurationError, RateLimited
+from ..problems import PROBLEM_JSON, problem_response
 from ..signals import ratelimit_blocked
 from .algorithms import Decision, whole_seconds
 from .identity import KeyFunc, resolve_key, trusted_networks
@@ -179,7 +180,7 @@ def _unavailable(request: HttpRequest, exc: BackendUnavailable) -> HttpResponse 
     )
     if fail_open:
         return None
-    response = _error_response(request, 503, "Service Unavailable",
+    response = _error_response(request, 503, "ratelimit_unavailable",
                                "Rate limiting is temporarily unavailable.")
     response["Retry-After"] = "1"
     return response
@@ -195,16 +196,17 @@ def _wants_json(request: HttpRequest) -> bool:
     return "text/html" not in accept  # API clients (no Accept, */*) get JSON
 
 
-def _error_response(request: HttpRequest, status: int, title: str, detail: str,
+def _error_response(request: HttpRequest, status: int, code: str, detail: str,
                     **extra: Any) -> HttpResponse:
     if _wants_json(request):
         accept = request.META.get("HTTP_ACCEPT", "")
-        body = {"type": PROBLEM_TYPE if status == 429 else "about:blank", "title": title,
-                "status": status, "detail": detail, **extra}
-        content_type = ("application/problem+json" if "problem+json" in accept or "json"
-                        not in accept else "application/json")
-        return HttpResponse(json.dumps(body), status=status, content_type=content_type)
-    return HttpResponse(f"{title}: {detail}\n", status=status,
+        content_type = (PROBLEM_JSON if "problem+json" in accept or "json" not in accept
+                        else "application/json")
+        return problem_response(
+            status, code, detail, content_type=content_type,
+            problem_type=PROBLEM_TYPE if status == 429 else "about:blank", **extra,
+        )
+    return HttpResponse(f"{HTTPStatus(status).phrase}: {detail}\n", status=status,
                         content_type="text/plain; charset=utf-8")
 
 
@@ -243,7 +245,7 @@ def _blocked_response(request: HttpRequest, blocked: list[Decision]) -> Any:
             return _finish_async(request, result, retry)
         return _finish(request, result, retry)
     response = _error_response(
-        request, 429, "Too Many Requests",
+        request, 429, "rate_limited",
         f"Rate limit exceeded; retry in {retry} second{'s' if retry != 1 else ''}.",
         retry_after=retry, **{"violated-policies": [d.name for d in blocked]},
     )
