@@ -193,8 +193,9 @@ def _credentials(netloc: str) -> dict[str, Any]:
 
 def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None = None) -> Any:
     parts = urlsplit(url)
+    # retry_on_error: redis-py 5 re-sends only these errors, whatever ``retry`` says.
     options = {**(timeouts or _timeouts()), "retry": _retry(asyncio_client),
-               "retry_on_timeout": False}
+               "retry_on_error": [RedisConnectionError], "retry_on_timeout": False}
     if parts.scheme == SENTINEL_SCHEME:
         return _sentinel_master(parts, options, asyncio_client)
     if parts.scheme == CLUSTER_SCHEME:
@@ -242,7 +243,12 @@ def _cluster(parts: Any, options: dict[str, Any], asyncio_client: bool) -> Any:
     # The cluster client's own retry loop would re-send a command after a TimeoutError
     # (and re-send whole pipelines), so it gets zero retries: a timed-out script may have
     # run (SPEC D4). Redirects (MOVED/ASK/TRYAGAIN) are not retries and are still followed.
-    kwargs = {k: v for k, v in options.items() if k not in ("retry", "retry_on_timeout")}
+    kwargs = {k: v for k, v in options.items()
+              if k not in ("retry", "retry_on_error", "retry_on_timeout")}
+    if redis.VERSION < (6,):  # before 6, this count (not ``retry``) drives cluster re-sends
+        # redis-py 5's asyncio pipeline makes range(count) attempts, so it needs 1 (which
+        # lets a single asyncio command be re-sent once there; scripts are D4-safe).
+        kwargs["cluster_error_retry_attempts"] = 1 if asyncio_client else 0
     if asyncio_client:
         from redis.asyncio.cluster import ClusterNode as AsyncNode
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -292,6 +298,8 @@ class ConnectionFactory:
     """
 
     _shared: dict[tuple[Any, ...], Any] = {}
+    # Not the module's _lock: client_for() holds that one while django-redis calls us.
+    _shared_lock = threading.Lock()
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.options = options
@@ -310,7 +318,7 @@ class ConnectionFactory:
         key = (url, tuple(sorted(timeouts.items())))
         client = self._shared.get(key)
         if client is None:
-            with _lock:
+            with self._shared_lock:
                 client = self._shared.get(key)
                 if client is None:
                     client = self._shared[key] = _from_url(url, asyncio_client=False,
