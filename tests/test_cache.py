@@ -117,9 +117,13 @@ def test_envelope_keeps_serializer_and_compressor(
     assert backend.get_or_set("json", lambda: value, 30) == value
     raw = redis_client.get(f"{PREFIX}:1:json")
     assert envelope.is_envelope(raw)
-    assert envelope.split(raw)[3] == backend.client.encode(value, allow_int=False)
+    assert envelope.split(raw)[3] == backend.client.encode(value)  # a dict: always bytes
     assert raw[envelope.HEADER_LEN:envelope.HEADER_LEN + 1] == b"x"  # zlib-compressed
     assert backend.get("json") == value and backend.get_many(["json"]) == {"json": value}
+    # An int is serialized too (django-redis stores bare ints only outside envelopes).
+    assert backend.get_or_set("int", lambda: 7, 30) == 7
+    assert envelope.split(redis_client.get(f"{PREFIX}:1:int"))[3] == b"7"  # JSON, small
+    assert backend.get("int") == 7
 
 
 def test_none_from_get_or_set_is_cached(cache: Any) -> None:

@@ -98,6 +98,17 @@ class _EnvelopeAwareDecode:
         return super().decode(value)  # type: ignore[misc]
 
 
+if "allow_int" in inspect.signature(DefaultClient.encode).parameters:  # django-redis >= 7
+
+    def _serialize(client: Any, value: Any) -> bytes:
+        return client.encode(value, allow_int=False)
+
+else:  # django-redis 5.4 / 6: encode() passes ints through; this is its non-int branch
+
+    def _serialize(client: Any, value: Any) -> bytes:
+        return client._compressor.compress(client._serializer.dumps(value))
+
+
 @functools.cache
 def _client_class(base: type) -> type:
     return type(base.__name__, (_EnvelopeAwareDecode, base), {"__module__": base.__module__})
@@ -404,7 +415,12 @@ class RedisCache(DjangoRedisCache):
 
     def _copy(self, value: Any) -> Any:
         """A private copy for each caller, as a cache read would give (same serializer)."""
-        return self.client.decode(self.client.encode(value, allow_int=False))
+        return self.client.decode(self._encode_bytes(value))
+
+    def _encode_bytes(self, value: Any) -> bytes:
+        """``value`` serialized (and compressed) as django-redis would, always bytes, even
+        for an int (the envelope and the copies need bytes)."""
+        return _serialize(self.client, value)
 
     def _drive(self, flow: stampede.Flow, default: Any) -> Any:
         reply: Any = None

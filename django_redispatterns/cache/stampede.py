@@ -148,7 +148,7 @@ def _compute_and_store(
         yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS))
         raise
     delta = time.perf_counter() - started
-    payload = envelope.pack(cache.client.encode(value, allow_int=False), ttl, delta)
+    payload = envelope.pack(cache._encode_bytes(value), ttl, delta)
     hard_ms = 0 if ttl is None else max(1, int((ttl + policy.stale_ttl) * 1000))
     yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS))
     return value
