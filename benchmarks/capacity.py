@@ -12,7 +12,7 @@ through the public API on an otherwise empty, private redis-server (or ``REDIS_U
 * a held lock with its fencing counter.
 
 Numbers are for this Redis build (64-bit, jemalloc); Cluster adds a few bytes per key for
-the slot index. Key names grow with ``KEY_PREFIX`` (here ``rptest``).
+the slot index. Key names grow with ``KEY_PREFIX`` (here ``rpcap``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 
-PREFIX = "rptest"
+# Its own prefix: the measurement UNLINKs every key under it, never another test's keys.
+PREFIX = "rpcap"
 
 
 @dataclass
@@ -85,7 +86,16 @@ def _measure(client: Any, record: str, write: Callable[[], object], note: str = 
 
 
 def measure_all(client: Any) -> list[Footprint]:
-    """Write one record of each kind through the public APIs and measure it."""
+    """Write one record of each kind through the public APIs and measure it (under
+    ``KEY_PREFIX = PREFIX``, on the connection ``REDIS_PATTERNS`` names)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(REDIS_PATTERNS={**settings.REDIS_PATTERNS, "KEY_PREFIX": PREFIX}):
+        return _measure_all(client)
+
+
+def _measure_all(client: Any) -> list[Footprint]:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.test import Client, override_settings
 
@@ -170,7 +180,7 @@ def main() -> int:
     connection.reset_clients()
     with override_settings(
         SESSION_ENGINE="django_redispatterns.sessions",
-        REDIS_PATTERNS={**settings.REDIS_PATTERNS, "CONNECTION": url, "KEY_PREFIX": PREFIX},
+        REDIS_PATTERNS={**settings.REDIS_PATTERNS, "CONNECTION": url},
     ):
         rows = measure_all(client)
     info = client.info("server")
