@@ -18,6 +18,7 @@ from django.test import AsyncClient, Client
 from django_redispatterns import signals
 from django_redispatterns.exceptions import ConfigurationError, InvalidIdempotencyKey
 from django_redispatterns.idempotency import parse_key
+from tests.compat import aforce_login
 from tests.urls_idempotency import idem_settings, post, runs
 
 
@@ -422,7 +423,7 @@ def test_async_default_scope_uses_auser(redis_client: redis.Redis) -> None:
 
     async def scenario() -> tuple[Any, Any]:
         client = AsyncClient()
-        await client.aforce_login(user)
+        await aforce_login(client, user)
         first = await client.post("/acharge/", "{}", content_type="application/json",
                                   headers={"Idempotency-Key": "k"})
         again = await client.post("/acharge/", "{}", content_type="application/json",

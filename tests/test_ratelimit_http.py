@@ -23,6 +23,7 @@ from django_redispatterns.exceptions import ConfigurationError
 from django_redispatterns.middleware import RateLimitMiddleware
 from django_redispatterns.ratelimit.identity import client_ip
 from django_redispatterns.signals import ratelimit_blocked
+from tests.compat import aforce_login
 
 pytestmark = pytest.mark.urls("tests.urls_ratelimit")
 
@@ -214,7 +215,7 @@ def test_async_user_or_ip_resolves_the_user_without_sync_db_access(
 
     async def run() -> list[int]:
         aclient = AsyncClient()
-        await aclient.aforce_login(user)
+        await aforce_login(aclient, user)
         codes = [(await aclient.get("/async-user/")).status_code for _ in range(3)]
         anonymous = AsyncClient()  # same IP, other bucket: user vs ip identity
         codes.append((await anonymous.get("/async-user/")).status_code)

@@ -105,11 +105,18 @@ def check(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
     return response
 
 
+def _evaluate_user(request: HttpRequest) -> None:
+    request.user.is_authenticated  # noqa: B018 - forces the lazy object's DB lookup
+
+
 async def acheck(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
     """Async twin of :func:`check` (redis.asyncio, no thread hop)."""
-    if hasattr(request, "auser") and any(getattr(r.key, "needs_user", False) for r in rules):
+    if any(getattr(r.key, "needs_user", False) for r in rules):
         # Resolve the lazy user without a sync DB call inside the event loop.
-        request.user = await request.auser()
+        if hasattr(request, "auser"):
+            request.user = await request.auser()
+        elif hasattr(request, "user"):  # Django 4.2: no auser(); evaluate it in a thread
+            await sync_to_async(_evaluate_user)(request)
     pending = _pending(request, rules)
     if not pending:
         return None
