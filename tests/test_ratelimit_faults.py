@@ -120,6 +120,7 @@ def test_calls_resent_after_timeouts_count_once(server: RedisServer, algorithm: 
             host="127.0.0.1", port=server.port, socket_timeout=0.3,
             retry=Retry(NoBackoff(), 4, supported_errors=(redis.ConnectionError,
                                                           redis.TimeoutError)),
+            retry_on_error=[redis.TimeoutError],  # redis-py 5 re-sends only these
         )
         retrying.script_load(lua.source)  # re-sent EVALSHAs must really run
         server.pause()

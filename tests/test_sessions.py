@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from django_redispatterns import scripts
 from django_redispatterns.sessions import KEY_RE, SessionStore, session_handle, user_tag
+from tests.compat import requires_django_5
 
 pytestmark = pytest.mark.usefixtures("redis_client")
 
@@ -215,6 +216,7 @@ def test_clear_expired_is_a_no_op() -> None:
     assert SessionStore.clear_expired() is None
 
 
+@requires_django_5
 def test_async_api(redis_client: redis.Redis) -> None:
     async def scenario() -> dict[str, Any]:
         store = SessionStore()
@@ -550,6 +552,7 @@ def test_saves_racing_a_delete_never_bring_the_session_back(redis_client: redis.
     assert all_keys(redis_client) == []
 
 
+@requires_django_5
 def test_native_async_engine(redis_client: redis.Redis) -> None:
     """aload/asave/aexists/adelete/acreate/acycle_key/aflush run on redis.asyncio."""
 

@@ -29,6 +29,7 @@ from django_redispatterns.sessions import (
     user_sessions,
     user_tag,
 )
+from tests.compat import requires_django_5
 from tests.test_sessions_workers import create_sessions
 
 MIDDLEWARE = [
@@ -569,6 +570,7 @@ def test_save_every_request_slides_the_expiry(redis_client: redis.Redis) -> None
     assert_index_exact(redis_client, user)
 
 
+@requires_django_5
 @pytest.mark.django_db(transaction=True)  # alogin saves last_login from another thread
 def test_async_alogin_and_alogout_keep_the_index_exact(redis_client: redis.Redis) -> None:
     import asyncio
