@@ -20,6 +20,7 @@ from django_redispatterns.sessions import (
     revoke_session,
     user_sessions,
 )
+from tests.compat import requires_django_5
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.urls_sessions")]
 
@@ -83,6 +84,7 @@ def test_login_and_logout_through_requests_on_cluster(cluster_settings: str) -> 
         assert devices[0].get("/whoami/").json() == {"user": "carol", "data": "x"}
 
 
+@requires_django_5
 def test_native_async_engine_on_cluster(cluster_settings: str) -> None:
     import asyncio
 

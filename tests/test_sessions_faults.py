@@ -17,6 +17,7 @@ from django.test import Client, override_settings
 
 from django_redispatterns.sessions import user_sessions
 from tests import urls_sessions
+from tests.compat import requires_django_5
 from tests.redis_servers import RedisServer
 
 INNER = [
@@ -214,6 +215,7 @@ def test_a_revocation_during_the_request_is_still_djangos_400(server: RedisServe
     assert response.status_code == 400  # SessionInterrupted, in either position
 
 
+@requires_django_5
 def test_native_async_engine_during_an_outage(server: RedisServer, alice: Any) -> None:
     import asyncio
 
