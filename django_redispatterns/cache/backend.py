@@ -499,7 +499,8 @@ class RedisCache(DjangoRedisCache):
         return value
 
     def _incr_big(self, conn: Any, nkey: str, delta: int) -> Any:
-        with conn.pipeline() as pipe:
+        # transaction=True: a Cluster pipeline only allows WATCH in a transaction
+        with conn.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     pipe.watch(nkey)
