@@ -499,6 +499,10 @@ class RedisCache(DjangoRedisCache):
         return value
 
     def _incr_big(self, conn: Any, nkey: str, delta: int) -> Any:
+        from ..connection import is_cluster
+
+        if redis.VERSION < (6,) and is_cluster(conn):  # its Cluster pipelines have no WATCH
+            conn = conn.get_redis_connection(conn.get_node_from_key(nkey))  # the key's node
         # transaction=True: a Cluster pipeline only allows WATCH in a transaction
         with conn.pipeline(transaction=True) as pipe:
             while True:
