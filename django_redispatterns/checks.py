@@ -278,12 +278,23 @@ def _connection_problem(connection: str) -> str | None:
     if not _is_django_redis(backend):
         return (f"CACHES[{connection!r}] uses {backend!r}; only django-redis based backends "
                 "share their client")
+    if _cache_url(entry) is None:
+        return f"CACHES[{connection!r}] has no Redis URL in LOCATION"
+    return None
+
+
+def _cache_url(entry: Mapping[str, Any]) -> str | None:
+    """The Redis URL of a CACHES entry (the first of a LOCATION list), or None."""
     location = entry.get("LOCATION")
     if isinstance(location, (list, tuple)):
         location = location[0] if location else None
     if not isinstance(location, str) or "://" not in location:
-        return f"CACHES[{connection!r}] has no Redis URL in LOCATION"
-    return None
+        return None
+    return location
+
+
+def _cache_sentinels(entry: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    return [tuple(s) for s in (entry.get("OPTIONS") or {}).get("SENTINELS") or []]
 
 
 def _check_connections(config: Config) -> list[CheckMessage]:
@@ -600,16 +611,14 @@ def collect_targets() -> list[Target]:
     session_alias = getattr(settings, "SESSION_CACHE_ALIAS", "default")
     session_engine = getattr(settings, "SESSION_ENGINE", "")
     for alias, entry in caches.items():
-        location = entry.get("LOCATION")
-        if isinstance(location, (list, tuple)):
-            location = location[0] if location else None
-        if not isinstance(location, str) or "://" not in location:
+        location = _cache_url(entry)
+        if location is None:
             continue
         options = _cache_client_options(entry)
         raw_db = (entry.get("OPTIONS") or {}).get("db")
         if raw_db is not None:
             options["db"] = raw_db
-        sentinels = [tuple(s) for s in (entry.get("OPTIONS") or {}).get("SENTINELS") or []]
+        sentinels = _cache_sentinels(entry)
         add(location, f"cache {alias!r}", options, sentinels)
         if alias == session_alias and session_engine in DJANGO_CACHE_SESSION_ENGINES:
             add(location, "sessions", options, sentinels)
@@ -623,13 +632,9 @@ def collect_targets() -> list[Target]:
                 add(connection, feature)
             else:
                 entry = caches[connection]
-                location = entry["LOCATION"]
-                if isinstance(location, (list, tuple)):
-                    location = location[0]
-                options = _cache_client_options(entry)
-                sentinels = [tuple(s) for s in (entry.get("OPTIONS") or {}).get("SENTINELS")
-                             or []]
-                add(location, feature, options, sentinels)
+                url = _cache_url(entry)
+                if url is not None:  # always: _connection_problem checked it
+                    add(url, feature, _cache_client_options(entry), _cache_sentinels(entry))
     return list(targets.values())
 
 
