@@ -359,7 +359,7 @@ class RedisCache(DjangoRedisCache):
                        else dr_client.get_client(False)).get(nkey)
             except _REDIS_ERRORS as exc:
                 self._degraded("get_or_set", exc, None)
-                return default() if callable(default) else default
+                return _value_of(default)
             if raw is not None:
                 hit = self._fresh(raw)
                 if hit is not _MISSING:
@@ -433,7 +433,7 @@ class RedisCache(DjangoRedisCache):
             kind = op[0]
             if kind == "compute":
                 try:
-                    computed = default() if callable(default) else default
+                    computed = _value_of(default)
                 except BaseException as exc:
                     self._run_settle_quietly(_flow_op_after_throw(flow, exc))
                     _finish_after_release(flow, exc)
@@ -449,7 +449,7 @@ class RedisCache(DjangoRedisCache):
                 self._degraded("get_or_set", exc, None)
                 flow.close()
                 if computed is _MISSING:
-                    computed = default() if callable(default) else default
+                    computed = _value_of(default)
                 return computed
 
     def _run_settle_quietly(self, op: stampede.Op | None) -> None:
@@ -769,7 +769,7 @@ class RedisCache(DjangoRedisCache):
             raw = await aclient.get(nkey)
         except _REDIS_ERRORS as exc:
             self._degraded("get_or_set", exc, None)
-            return await _maybe_await(default() if callable(default) else default)
+            return await _maybe_await(_value_of(default))
         if raw is not None:
             hit = self._fresh(raw)
             return await flow(raw) if hit is _MISSING else hit
@@ -821,7 +821,7 @@ class RedisCache(DjangoRedisCache):
             kind = op[0]
             if kind == "compute":
                 try:
-                    computed = await _maybe_await(default() if callable(default) else default)
+                    computed = await _maybe_await(_value_of(default))
                 except BaseException as exc:
                     release = _flow_op_after_throw(flow, exc)
                     if release is not None:
@@ -843,7 +843,7 @@ class RedisCache(DjangoRedisCache):
                 self._degraded("get_or_set", exc, None)
                 flow.close()
                 if computed is _MISSING:
-                    computed = await _maybe_await(default() if callable(default) else default)
+                    computed = await _maybe_await(_value_of(default))
                 return computed
 
     async def _arun(self, aclient: Any, op: stampede.Op) -> Any:
@@ -854,6 +854,11 @@ class RedisCache(DjangoRedisCache):
             return await aclient.blmove(op[1], op[1], op[2], "RIGHT", "LEFT") is not None
         keys, args = op[1], op[2]
         return await script(f"cache_{kind}").acall(aclient, keys, args)
+
+
+def _value_of(default: Any) -> Any:
+    """``get_or_set``'s ``default``: called when callable, as Django does."""
+    return default() if callable(default) else default
 
 
 async def _maybe_await(value: Any) -> Any:
