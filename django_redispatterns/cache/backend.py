@@ -823,13 +823,7 @@ class RedisCache(DjangoRedisCache):
                 try:
                     computed = await _maybe_await(_value_of(default))
                 except BaseException as exc:
-                    release = _flow_op_after_throw(flow, exc)
-                    if release is not None:
-                        try:
-                            await self._arun(aclient, release)
-                        except _REDIS_ERRORS as redis_exc:
-                            logger.warning("cache: releasing a compute lock failed: %s",
-                                           redis_exc)
+                    await self._arun_settle_quietly(aclient, _flow_op_after_throw(flow, exc))
                     _finish_after_release(flow, exc)
                 reply = computed
                 continue
@@ -845,6 +839,14 @@ class RedisCache(DjangoRedisCache):
                 if computed is _MISSING:
                     computed = await _maybe_await(_value_of(default))
                 return computed
+
+    async def _arun_settle_quietly(self, aclient: Any, op: stampede.Op | None) -> None:
+        if op is None:
+            return
+        try:
+            await self._arun(aclient, op)
+        except _REDIS_ERRORS as exc:
+            logger.warning("cache: releasing a compute lock failed: %s", exc)
 
     async def _arun(self, aclient: Any, op: stampede.Op) -> Any:
         kind = op[0]
