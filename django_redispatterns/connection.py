@@ -14,6 +14,13 @@ and retry a command at most once, and only after a *connection* error (a stale p
 socket after a server restart) — never after a timeout, because a timed-out Lua call
 may already have run (SPEC D4).
 
+``get_client(feature, resend=False)`` (and ``get_async_client``/``client_for``/
+``async_client_for`` with ``resend=False``) gives a client that never re-sends a command,
+not even after a connection error (a connection can break after the command was sent):
+for features whose calls are not idempotent and carry no request id (SPEC D4's "retries
+off" remedy). For a CACHES alias it is a second client over its own pool with the alias
+pool's connection options, retries off; it is built once per process.
+
 Cluster clients re-send nothing themselves (redis-py's ``RedisCluster`` would re-send a
 timed-out command, pipelines included): they still follow ``MOVED``/``ASK`` and refresh the
 slot map after a connection error, and :mod:`.scripts` retries, with bounded back-off,
@@ -43,41 +50,53 @@ SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
 
 _lock = threading.Lock()
-_clients: dict[str, Any] = {}
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+# Keyed by (connection, resend).
+_clients: dict[tuple[str, bool], Any] = {}
+_async_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, bool], Any]] = weakref.WeakKeyDictionary()
 
 
-def get_client(feature: str | None = None) -> Any:
-    """A (sync) Redis client for ``feature``'s connection ("LOCKS", "RATELIMIT", ...)."""
-    return client_for(get_config().connection_for(feature))
+def get_client(feature: str | None = None, *, resend: bool = True) -> Any:
+    """A (sync) Redis client for ``feature``'s connection ("LOCKS", "RATELIMIT", ...).
+
+    ``resend=False``: the client never sends a command twice (no retry after a timeout
+    or a connection error), so a call that may have run is reported as failed instead.
+    """
+    return client_for(get_config().connection_for(feature), resend=resend)
 
 
-def client_for(connection: str) -> Any:
-    """A (sync) Redis client for a connection string: a CACHES alias or a URL."""
-    client = _clients.get(connection)
+def client_for(connection: str, *, resend: bool = True) -> Any:
+    """A (sync) Redis client for a connection string: a CACHES alias or a URL.
+
+    ``resend=False`` as in :func:`get_client`.
+    """
+    key = (connection, resend)
+    client = _clients.get(key)
     if client is None:
         with _lock:
-            client = _clients.get(connection)
+            client = _clients.get(key)
             if client is None:
-                client = _build_sync(connection)
-                _clients[connection] = client
+                client = _build_sync(connection, resend)
+                _clients[key] = client
     return client
 
 
-def get_async_client(feature: str | None = None) -> Any:
-    """An asyncio Redis client for ``feature``'s connection, bound to the running loop."""
-    return async_client_for(get_config().connection_for(feature))
+def get_async_client(feature: str | None = None, *, resend: bool = True) -> Any:
+    """An asyncio Redis client for ``feature``'s connection, bound to the running loop.
+
+    ``resend=False`` as in :func:`get_client`.
+    """
+    return async_client_for(get_config().connection_for(feature), resend=resend)
 
 
-def async_client_for(connection: str) -> Any:
+def async_client_for(connection: str, *, resend: bool = True) -> Any:
     """An asyncio Redis client for a connection string (one per event loop)."""
     loop = asyncio.get_running_loop()
     per_loop = _async_clients.setdefault(loop, {})
-    client = per_loop.get(connection)
+    key = (connection, resend)
+    client = per_loop.get(key)
     if client is None:
-        client = per_loop[connection] = _build_async(connection)
+        client = per_loop[key] = _build_async(connection, resend)
     return client
 
 
@@ -122,20 +141,54 @@ def _cache_location(alias: str) -> str:
     return location
 
 
-def _build_sync(connection: str) -> Any:
+def _build_sync(connection: str, resend: bool = True) -> Any:
     if not _is_url(connection):
         _cache_location(connection)  # validates the alias with a clear message
         from django_redis import get_redis_connection
 
-        return get_redis_connection(connection)
-    return _from_url(connection, asyncio_client=False)
+        client = get_redis_connection(connection)
+        return client if resend else _without_resend(client)
+    return _from_url(connection, asyncio_client=False, resend=resend)
 
 
-def _build_async(connection: str) -> Any:
+def _build_async(connection: str, resend: bool = True) -> Any:
     url = connection if _is_url(connection) else _cache_location(connection)
     if not _is_url(connection):
         url = _native_sentinel_url(connection, url)
-    return _from_url(url, asyncio_client=True)
+    return _from_url(url, asyncio_client=True, resend=resend)
+
+
+# Connection options that turn every re-send off, on redis-py 5 (which re-sends only the
+# errors in ``retry_on_error``) as on 6+ (where ``retry`` alone decides).
+def _no_resend_options(asyncio_client: bool) -> dict[str, Any]:
+    if asyncio_client:
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        return {"retry": AsyncRetry(NoBackoff(), 0), "retry_on_error": [],
+                "retry_on_timeout": False}
+    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": [], "retry_on_timeout": False}
+
+
+def _without_resend(client: Any) -> Any:
+    """A client like django-redis's ``client`` (same connection options, its own pool)
+    that never re-sends a command. Cluster clients already never do (see :func:`_cluster`)."""
+    if is_cluster(client):
+        return client
+    from redis.sentinel import SentinelConnectionPool
+
+    pool = client.connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "connection_pool"}
+    kwargs.update(_no_resend_options(asyncio_client=False))
+    kwargs["connection_class"] = pool.connection_class
+    kwargs["max_connections"] = pool.max_connections
+    new_pool: Any
+    if isinstance(pool, SentinelConnectionPool):
+        new_pool = SentinelConnectionPool(pool.service_name, pool.sentinel_manager,
+                                          is_master=pool.is_master,
+                                          check_connection=pool.check_connection, **kwargs)
+    else:
+        new_pool = type(pool)(**kwargs)
+    return redis.Redis(connection_pool=new_pool)
 
 
 def _native_sentinel_url(alias: str, location: str) -> str:
@@ -191,11 +244,14 @@ def _credentials(netloc: str) -> dict[str, Any]:
     return creds
 
 
-def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None = None) -> Any:
+def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None = None,
+              resend: bool = True) -> Any:
     parts = urlsplit(url)
     # retry_on_error: redis-py 5 re-sends only these errors, whatever ``retry`` says.
     options = {**(timeouts or _timeouts()), "retry": _retry(asyncio_client),
                "retry_on_error": [RedisConnectionError], "retry_on_timeout": False}
+    if not resend:
+        options.update(_no_resend_options(asyncio_client))
     if parts.scheme == SENTINEL_SCHEME:
         return _sentinel_master(parts, options, asyncio_client)
     if parts.scheme == CLUSTER_SCHEME:
