@@ -72,6 +72,13 @@ def _keys(prefix: str, namespace: str, name: str) -> tuple[str, str]:
             keys.make_key("lock", "fence", part, tag=namespace))
 
 
+def connection_names(quorum: Sequence[Any], connection: str | None = None) -> list[str]:
+    """Where locks live: every quorum member, else ``connection`` or the LOCKS connection."""
+    if quorum:
+        return [str(c) for c in quorum]
+    return [connection or get_config().connection_for("LOCKS")]
+
+
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise ValueError(f"a lock name must be a non-empty str, got {name!r}")
@@ -279,9 +286,7 @@ class _Base:
     # -- clients -----------------------------------------------------------------------
 
     def _connections(self) -> list[str]:
-        if self._quorum:
-            return [str(c) for c in self._quorum]
-        return [self._connection or get_config().connection_for("LOCKS")]
+        return connection_names(self._quorum, self._connection)
 
     def _clients(self) -> list[Any]:
         if self._sync_clients is None:

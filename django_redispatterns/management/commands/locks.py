@@ -15,12 +15,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redispatterns import connection, keys
 from django_redispatterns.conf import get_config
 from django_redispatterns.locks import DEFAULT_NAMESPACE, held_key
+from django_redispatterns.locks._lease import connection_names
 
 
 def _connections() -> list[str]:
-    config = get_config()
-    quorum = list(config.feature("LOCKS")["QUORUM"])
-    return [str(c) for c in quorum] or [config.connection_for("LOCKS")]
+    return connection_names(get_config().feature("LOCKS")["QUORUM"])
 
 
 def _glob(text: str) -> str:
@@ -50,7 +49,8 @@ class Command(BaseCommand):
         tag = "{" + namespace + "}" if namespace else "*"
         pattern = f"{_glob(keys.prefix())}:lock:{tag}:held:*"
         rows = []
-        for conn in _connections():
+        conns = _connections()
+        for conn in conns:
             client = connection.client_for(conn)
             found = list(client.scan_iter(match=pattern, count=1000))
             if not found:
@@ -66,10 +66,11 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no locks held")
             return
+        many = len(conns) > 1
         self.stdout.write("name\towner\tttl_s\tfencing_token\ttoken" +
-                          ("\tconnection" if len(_connections()) > 1 else ""))
+                          ("\tconnection" if many else ""))
         for row in sorted(rows):
-            self.stdout.write("\t".join(row if len(_connections()) > 1 else row[:-1]))
+            self.stdout.write("\t".join(row if many else row[:-1]))
 
     @staticmethod
     def _row(conn: str, key: bytes, value: bytes, pttl: int) -> tuple[str, ...]:
