@@ -7,7 +7,8 @@ through the public API on an otherwise empty, private redis-server (or ``REDIS_U
 * a session: anonymous (a small cart), and signed in (Django's three auth fields plus the
   activity metadata) with its per-user index entry;
 * a rate-limit identity, per algorithm, after one hit and after 100 hits in the window
-  (fixed window and GCRA also write a 10 s request-id marker per hit, SPEC D4);
+  (fixed window and GCRA keep one small key whatever the request rate: their calls are
+  never re-sent, so they need no per-hit request-id marker, SPEC D4);
 * an idempotency record holding a 201 with a ~100-byte JSON body;
 * a held lock with its fencing counter.
 
@@ -133,12 +134,12 @@ def _measure_all(client: Any) -> list[Footprint]:
             limiter = RateLimiter("1000/m", algorithm=algorithm)
             return lambda: [limiter.hit("198.51.100.23") for _ in range(n)]
 
-        rows.append(_measure(client, f"rate limit {algorithm}, 1 hit", hits(1),
-                             "incl. a 10 s request-id marker" if algorithm != "sliding_window"
-                             else ""))
+        notes = {"fixed_window": ("one counter", "the same counter"),
+                 "sliding_window": ("", "one sorted-set member per hit"),
+                 "token_bucket": ("one TAT string", "the same string")}[algorithm]
+        rows.append(_measure(client, f"rate limit {algorithm}, 1 hit", hits(1), notes[0]))
         rows.append(_measure(client, f"rate limit {algorithm}, 100 hits in window", hits(100),
-                             "markers live 10 s" if algorithm != "sliding_window"
-                             else "one sorted-set member per hit"))
+                             notes[1]))
 
     def idempotency_record() -> None:
         _urls()

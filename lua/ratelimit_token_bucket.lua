@@ -1,17 +1,16 @@
 -- Token bucket as GCRA: one key holding the theoretical arrival time (TAT, server µs).
--- KEYS[1]: TAT (string). KEYS[2]: request-id marker (same hash tag; used when ARGV[5] ~= '').
+-- KEYS[1]: TAT (string).
 -- ARGV[1]: rate count; ARGV[2]: period in ms (refill: count per period, steadily);
--- ARGV[3]: burst (bucket size, >= 1); ARGV[4]: cost (0 = peek, writes nothing);
--- ARGV[5]: request id (SPEC D4: a re-sent call replays its first answer); ARGV[6]: marker TTL ms.
+-- ARGV[3]: burst (bucket size, >= 1); ARGV[4]: cost (0 = peek, writes nothing).
 -- Returns: {allowed (1/0), burst, remaining, reset_after_ms, retry_after_ms}; reset_after is
 -- when the bucket is full again.
 -- Rejected hits consume nothing. The key expires when the bucket is full again, which is
 -- exactly when a missing key means the same thing as the stored one.
+-- Not idempotent: callers run it on a client that never re-sends a call (SPEC D4).
 local count = tonumber(ARGV[1])
 local period_us = tonumber(ARGV[2]) * 1000
 local burst = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
-local rid = ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = period_us / count          -- µs per token
@@ -28,13 +27,6 @@ end
 
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
-
--- The marker is claimed up front ('1'); a blocked hit rewrites it to '0' below. Only a
--- re-sent call finds it taken, so the common path costs one SET NX.
-if cost > 0 and rid ~= '' and
-    not redis.call('SET', KEYS[2], '1', 'NX', 'PX', tonumber(ARGV[6])) then
-  return report(tonumber(redis.call('GET', KEYS[2])), tat, 0)
-end
 
 -- Half a µs of slack absorbs float rounding of a fractional interval.
 if cost == 0 then
@@ -55,8 +47,5 @@ elseif cost > burst then
   retry = period_us
 else
   retry = math.max(allow_at - now, 1000)
-end
-if allowed == 0 and rid ~= '' then
-  redis.call('SET', KEYS[2], '0', 'PX', tonumber(ARGV[6]))
 end
 return report(allowed, tat, retry)

@@ -208,9 +208,8 @@ def test_token_bucket_without_burst_allows_limit_at_once() -> None:
 # --- D4: a re-sent call counts once ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_resent_hit_with_the_same_request_id_counts_once(algorithm: str) -> None:
-    limiter = RateLimiter("3/m", algorithm=algorithm, group="d4")
+def test_sliding_window_hit_resent_with_the_same_request_id_counts_once() -> None:
+    limiter = RateLimiter("3/m", algorithm="sliding_window", group="d4")
     first = limiter.hit("c", request_id="req-1")
     again = limiter.hit("c", request_id="req-1")
     assert first.allowed and again.allowed
@@ -220,7 +219,20 @@ def test_resent_hit_with_the_same_request_id_counts_once(algorithm: str) -> None
     blocked = limiter.hit("c", request_id="req-4")
     assert not blocked.allowed
     assert not limiter.hit("c", request_id="req-4").allowed
-    assert limiter.hit("c", request_id="req-3").allowed  # replays its first answer
+    assert limiter.hit("c", request_id="req-3").allowed  # its member is still logged
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "token_bucket"])
+def test_counting_scripts_write_one_key_and_ignore_request_ids(
+        redis_client: redis.Redis, algorithm: str) -> None:
+    """Fixed window and GCRA keep no per-hit marker (their calls are never re-sent
+    instead, see test_ratelimit_faults); a request id does not de-duplicate them."""
+    limiter = RateLimiter("3/m", algorithm=algorithm, group="d4-keys")
+    assert limiter.hit("c", request_id="same").allowed
+    assert limiter.hit("c", request_id="same").remaining == 1
+    digest = limiter.digest("c")
+    assert [k.decode() for k in redis_client.scan_iter(match=f"*{{{digest}}}*")] == [
+        limiter.key("c")]
 
 
 def test_sliding_window_members_are_request_ids_not_timestamps(

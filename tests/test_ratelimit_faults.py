@@ -106,33 +106,75 @@ def test_timed_out_hit_counts_at_most_once(server: RedisServer) -> None:
     assert remaining in (8, 9)
 
 
-@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket"])
-def test_calls_resent_after_timeouts_count_once(server: RedisServer, algorithm: str) -> None:
-    """SPEC D4: a client that re-sends timed-out calls (redis-py's retry) runs the same
-    script several times once the server answers again; the request id makes it count once."""
+def resending_alias(server: RedisServer) -> Any:
+    """CACHES["resending"]: a django-redis alias whose own client re-sends a timed-out call
+    up to 3 times (a common set-up; redis-py 5 needs the retry_on_error list)."""
+    from django.conf import settings
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    with patterns(server.url, True):
+    return override_settings(CACHES={**settings.CACHES, "resending": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        # a URL of its own: django-redis shares pools per URL across the process
+        "LOCATION": f"{server.url}?client_name=rl-resend-{server.port}-{time.time_ns()}",
+        "OPTIONS": {"SOCKET_TIMEOUT": 0.3, "CONNECTION_POOL_KWARGS": {
+            "retry": Retry(NoBackoff(), 3), "retry_on_timeout": True,
+            "retry_on_error": [redis.TimeoutError]}},
+    }})
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket"])
+def test_timed_out_decision_is_never_resent(server: RedisServer, algorithm: str) -> None:
+    """SPEC D4: decisions run on a client that never re-sends, even when the connection's
+    own client would. A hit that times out while the server hangs raises (the caller's
+    FAIL_OPEN policy then applies) and counts at most once; a re-sending client would get
+    an answer after the server resumes and count the hit twice or more."""
+    with resending_alias(server), patterns("resending", True):
         limiter = RateLimiter("10/m", algorithm=algorithm, group="resend")
-        lua, keys, args = limiter.call("c")
-        retrying = redis.Redis(
-            host="127.0.0.1", port=server.port, socket_timeout=0.3,
-            retry=Retry(NoBackoff(), 4, supported_errors=(redis.ConnectionError,
-                                                          redis.TimeoutError)),
-            retry_on_error=[redis.TimeoutError],  # redis-py 5 re-sends only these
-        )
-        retrying.script_load(lua.source)  # re-sent EVALSHAs must really run
+        assert limiter.hit("c").remaining == 9  # also loads the script
         server.pause()
-        timer = threading.Timer(0.8, server.resume)
+        timer = threading.Timer(0.8, server.resume)  # within a re-sending client's retries
         timer.start()
         try:
-            result = lua(retrying, keys, args)  # times out, re-sent, finally answered
+            with pytest.raises(BackendUnavailable):
+                limiter.hit("c")
         finally:
             timer.join()
-        assert result[0] == 1
-        time.sleep(0.3)  # let every buffered copy run
-        assert limiter.peek("c").remaining == 9
+        time.sleep(0.5)  # let the sent copy run
+        assert limiter.peek("c").remaining in (8, 9)
+
+        async def ahit() -> None:
+            server.pause()
+            resume = asyncio.get_running_loop().call_later(0.8, server.resume)
+            try:
+                with pytest.raises(BackendUnavailable):
+                    await limiter.ahit("c")
+            finally:
+                await asyncio.sleep(0.9)
+                resume.cancel()
+                server.resume()
+
+        before = limiter.peek("c").remaining
+        asyncio.run(ahit())
+        time.sleep(0.5)
+        assert limiter.peek("c").remaining in (before - 1, before)
+
+
+def test_timed_out_request_fails_open_and_counts_at_most_once(server: RedisServer) -> None:
+    with resending_alias(server), patterns("resending", True):
+        server.pause()
+        timer = threading.Timer(0.8, server.resume)  # within a re-sending client's retries
+        timer.start()
+        try:
+            status, took, response = get_timed("/fixed/")  # 2/m
+        finally:
+            timer.join()
+        assert status == 200 and took < 3.0  # FAIL_OPEN
+        assert "RateLimit-Remaining" not in response  # no decision: Redis did not answer
+        time.sleep(0.5)
+        status, _, response = get_timed("/fixed/")
+        assert status == 200  # the timed-out hit counted at most once
+        assert response["RateLimit-Remaining"] in ("0", "1")
 
 
 def test_recovers_after_restart_and_script_flush(server: RedisServer) -> None:

@@ -9,6 +9,10 @@ and the digest is the key's hash tag, so a limiter's keys share one Cluster slot
 Redis being unreachable, timing out, read-only or out of memory raises
 :class:`~django_redispatterns.exceptions.BackendUnavailable`; what to do then (fail open or
 closed) is the caller's policy.
+
+Decisions run on a client that never re-sends a command (``resend=False``, SPEC D4): a
+fixed-window or token-bucket call that timed out may have counted, and must not count
+again; it counts at most once and the caller sees ``BackendUnavailable``.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
 
 
 def new_request_id() -> str:
-    """A unique id per hit: the sliding-window member and the D4 re-send marker."""
+    """A unique id per hit: the sliding-window log member."""
     return os.urandom(9).hex()
 
 
@@ -94,23 +98,25 @@ class RateLimiter:
             raise ValueError(f"cost must be a non-negative integer, got {cost!r}")
         _fresh()
         algo = self.algorithm
-        _, key, marker = names(self.group, identity, algo.code, algo.shape)
-        rid = request_id or new_request_id()
-        key_names = [key, marker + rid] if algo.uses_marker else [key]
-        return (algo.lua, key_names, algo.args(cost, rid))
+        key = names(self.group, identity, algo.code, algo.shape)[1]
+        rid = (request_id or new_request_id()) if algo.uses_request_id else ""
+        return (algo.lua, [key], algo.args(cost, rid))
 
     # --- sync -------------------------------------------------------------------------
 
     def client(self) -> Any:
+        """The client decisions run on: it never re-sends a call (SPEC D4)."""
         if self.connection is not None:
-            return connection.client_for(self.connection)
-        return connection.get_client(FEATURE)
+            return connection.client_for(self.connection, resend=False)
+        return connection.get_client(FEATURE, resend=False)
 
     def hit(self, identity: str, cost: int = 1, *, request_id: str | None = None) -> Decision:
         """Count ``cost`` hits for ``identity`` if they fit; one round trip.
 
-        A rejected hit counts nothing. Passing the same ``request_id`` again (a re-sent
-        call) counts nothing more.
+        A rejected hit counts nothing, and a call that timed out counts at most once
+        (it raises ``BackendUnavailable``). ``request_id`` only matters to the sliding
+        window, where it is the hit's log member: passing the same one again counts nothing
+        more. The other algorithms ignore it.
         """
         lua, key_names, args = self.call(identity, cost, request_id)
         try:
@@ -133,9 +139,10 @@ class RateLimiter:
     # --- async ------------------------------------------------------------------------
 
     def async_client(self) -> Any:
+        """The asyncio client decisions run on: it never re-sends a call (SPEC D4)."""
         if self.connection is not None:
-            return connection.async_client_for(self.connection)
-        return connection.get_async_client(FEATURE)
+            return connection.async_client_for(self.connection, resend=False)
+        return connection.get_async_client(FEATURE, resend=False)
 
     async def ahit(self, identity: str, cost: int = 1, *,
                    request_id: str | None = None) -> Decision:
@@ -170,8 +177,8 @@ def _fresh() -> None:
         _names_config = config
 
 
-def names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
-    """(digest, state key, marker-key prefix) for one identity under one limiter shape.
+def names(group: str, identity: str, code: str, shape: str) -> tuple[str, str]:
+    """(digest, state key) for one identity under one limiter shape.
 
     Cached, except for long identities (client-chosen header values), which would let a
     client fill process memory through the cache.
@@ -185,12 +192,11 @@ _CACHEABLE_IDENTITY = 128
 
 
 @functools.lru_cache(maxsize=16384)
-def _names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
+def _names(group: str, identity: str, code: str, shape: str) -> tuple[str, str]:
     digest = keys.identity_hash(f"{len(group)}:{group}|{identity}", purpose="ratelimit")
     if not code:
-        return digest, "", ""
-    key = keys.make_key(KEY_FEATURE, code, shape, tag=digest)
-    return digest, key, keys.make_key(KEY_FEATURE, "rid", "", tag=digest)
+        return digest, ""
+    return digest, keys.make_key(KEY_FEATURE, code, shape, tag=digest)
 
 
 Hit = tuple[RateLimiter, str, int, "str | None"]

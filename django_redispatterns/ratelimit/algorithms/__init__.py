@@ -17,9 +17,6 @@ from ...exceptions import ConfigurationError, ScriptError
 from ...scripts import ArgT, LuaScript, script
 from ..rates import ALGORITHMS, Rate, validate_algorithm
 
-# How long a request-id marker lives (ms): longer than any client re-send of a timed-out call.
-MARKER_TTL_MS = 10_000
-
 
 class Decision(NamedTuple):
     """The outcome of one rate-limit check (a named tuple: cheap on the hot path).
@@ -53,7 +50,9 @@ class Algorithm:
     name: ClassVar[str]
     code: ClassVar[str]  # short tag used in key names
     script_name: ClassVar[str]
-    uses_marker: ClassVar[bool] = True  # needs a request-id marker key (KEYS[2])
+    # Takes a per-hit request id (ARGV): the sliding window's log member. The other
+    # scripts are not idempotent and run on a client that never re-sends (SPEC D4).
+    uses_request_id: ClassVar[bool] = False
 
     def __init__(self, rate: Rate, burst: int | None = None) -> None:
         if burst is not None:
@@ -70,7 +69,7 @@ class Algorithm:
         return f"{self.rate.limit}-{self.rate.period}"
 
     def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        return (self.rate.limit, self.rate.period * 1000, cost, request_id, MARKER_TTL_MS)
+        return (self.rate.limit, self.rate.period * 1000, cost)
 
     def decision(self, raw: Any, name: str = "default") -> Decision:
         try:

@@ -17,7 +17,7 @@ class SlidingWindow(Algorithm):
     name = "sliding_window"
     code = "sw"
     script_name = "ratelimit_sliding_window"
-    uses_marker = False
+    uses_request_id = True
 
     def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
         return (self.rate.limit, self.rate.period * 1000, cost, request_id)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ...scripts import ArgT
 from ..rates import Rate, validate_burst
-from . import MARKER_TTL_MS, Algorithm
+from . import Algorithm
 
 
 class TokenBucket(Algorithm):
@@ -27,5 +27,4 @@ class TokenBucket(Algorithm):
         return f"{self.rate.limit}-{self.rate.period}-{self.burst}"
 
     def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        return (self.rate.limit, self.rate.period * 1000, self.burst, cost, request_id,
-                MARKER_TTL_MS)
+        return (self.rate.limit, self.rate.period * 1000, self.burst, cost)
