@@ -117,31 +117,35 @@ def _import_scope(path: str) -> ScopeFunc:
         ) from exc
 
 
+Overrides = tuple[tuple[str, Any], ...]
+
+
 def options(**overrides: Any) -> Options:
     """The settings in force now, with ``overrides`` (non-None values) applied."""
-    return _apply(_options_for(get_config()), _overrides(overrides))
+    return _current(_overrides(overrides))
 
 
-def _overrides(given: dict[str, Any]) -> dict[str, Any]:
-    """Validated decorator arguments (None means "use the setting")."""
+def _overrides(given: dict[str, Any]) -> Overrides:
+    """Validated decorator arguments (None means "use the setting"), sorted by name: made
+    once per decorated view, they key the cache of its effective :class:`Options`."""
     out = {k: v for k, v in given.items() if v is not None}
     if "methods" in out:
         out["methods"] = frozenset(m.upper() for m in out["methods"])
     for name in ("ttl", "lease", "max_body_bytes"):
         if name in out and not (isinstance(out[name], (int, float)) and out[name] > 0):
             raise ConfigurationError(f"@idempotent({name}=...) must be > 0, got {out[name]!r}")
-    return out
+    return tuple(sorted(out.items()))
 
 
 @functools.lru_cache(maxsize=256)
-def _apply_cached(base: Options, items: tuple[tuple[str, Any], ...]) -> Options:
-    return replace(base, **dict(items))
+def _apply_cached(base: Options, overrides: Overrides) -> Options:
+    return replace(base, **dict(overrides))
 
 
-def _apply(base: Options, overrides: dict[str, Any]) -> Options:
-    if not overrides:
-        return base
-    return _apply_cached(base, tuple(sorted(overrides.items())))
+def _current(overrides: Overrides) -> Options:
+    """The settings in force now (cached per Config) with ``overrides`` applied."""
+    base = _options_for(get_config())
+    return _apply_cached(base, overrides) if overrides else base
 
 
 # --- the key, the scope, the fingerprint --------------------------------------------------
@@ -515,7 +519,7 @@ def idempotent(
         if iscoroutinefunction(func):
             @functools.wraps(func)
             async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                decision = await astart(request, _apply(_options_for(get_config()), overrides))
+                decision = await astart(request, _current(overrides))
                 if not isinstance(decision, Ticket):
                     return decision if decision is not None else await func(
                         request, *args, **kwargs)
@@ -531,7 +535,7 @@ def idempotent(
 
         @functools.wraps(func)
         def sync_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            decision = start(request, _apply(_options_for(get_config()), overrides))
+            decision = start(request, _current(overrides))
             if not isinstance(decision, Ticket):
                 return decision if decision is not None else func(request, *args, **kwargs)
             try:
