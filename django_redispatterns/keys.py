@@ -73,8 +73,9 @@ def make_key(feature: str, *parts: str, tag: str | None = None) -> str:
 
 def feature_pattern(feature: str) -> str:
     """A SCAN ``MATCH`` pattern covering every key of ``feature``."""
-    return f"{_glob_escape(prefix())}{_SEPARATOR}{_glob_escape(feature)}{_SEPARATOR}*"
+    return f"{glob_escape(prefix())}{_SEPARATOR}{glob_escape(feature)}{_SEPARATOR}*"
 
 
-def _glob_escape(text: str) -> str:
+def glob_escape(text: str) -> str:
+    """``text`` matched literally inside a SCAN ``MATCH`` pattern (``*?[]\\`` escaped)."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)

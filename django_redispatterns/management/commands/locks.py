@@ -22,10 +22,6 @@ def _connections() -> list[str]:
     return connection_names(get_config().feature("LOCKS")["QUORUM"])
 
 
-def _glob(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
 class Command(BaseCommand):
     help = "List held locks (owner, TTL, fencing token) or force-release one."
 
@@ -47,7 +43,7 @@ class Command(BaseCommand):
 
     def list_locks(self, namespace: str | None) -> None:
         tag = "{" + namespace + "}" if namespace else "*"
-        pattern = f"{_glob(keys.prefix())}:lock:{tag}:held:*"
+        pattern = f"{keys.glob_escape(keys.prefix())}:lock:{tag}:held:*"
         rows = []
         conns = _connections()
         for conn in conns:

@@ -21,6 +21,7 @@ from django_redispatterns import connection as connections
 from django_redispatterns import scripts
 from django_redispatterns.checks import read_facts
 from django_redispatterns.conf import get_config
+from django_redispatterns.keys import glob_escape
 
 # Distinct no-TTL patterns tracked; the rest are counted together.
 MAX_GROUPS = 10_000
@@ -45,10 +46,6 @@ def key_pattern(key: str) -> str:
         else:
             parts.append(_DIGITS.sub("*", part))
     return ":".join(parts)
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _decode(key: bytes | str) -> str:
@@ -208,7 +205,7 @@ class Command(BaseCommand):
         report.servers.append(server)
 
         prefix = options["prefix"]
-        match = f"{_glob_escape(prefix)}*" if prefix else None
+        match = f"{glob_escape(prefix)}*" if prefix else None
         count, sample, top = options["count"], options["sample"], options["top"]
         last_progress = time.monotonic()
         cursor: int = 0
