@@ -605,6 +605,7 @@ class _Base:
         token = self.token
         if token is None:
             return False
+        mine = (token + "|").encode()
         try:
             results = []
             for client in self._clients():
@@ -614,7 +615,6 @@ class _Base:
                     if not self._quorum:
                         raise
                     continue
-                mine = (token + "|").encode()
                 results.append(all(v is not None and bytes(v).startswith(mine) for v in values))
         except redis.RedisError as exc:
             raise self._unavailable("check", exc) from exc
