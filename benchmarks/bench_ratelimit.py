@@ -7,9 +7,9 @@ Scenarios (one process, one Redis, interleaved rounds — see benchmarks/harness
 3. token bucket (GCRA): ours vs the floor (none of the anchors has one without a module);
 4. middleware overhead on a trivial view (one rule), vs the bare view.
 Rates are high enough that every decision is "allowed" (the common path). Ours includes
-identity hashing (HMAC), key building, the D4 request-id marker and everything the headers
-need; ``limits`` gets a plain key and its ``hit()`` answers only yes/no, so it is also shown
-with the ``get_window_stats()`` call it needs for remaining/reset (ANCHORS 2.1 row 5).
+identity hashing (HMAC), key building and everything the headers need; ``limits`` gets a
+plain key and its ``hit()`` answers only yes/no, so it is also shown with the
+``get_window_stats()`` call it needs for remaining/reset (ANCHORS 2.1 row 5).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def run() -> None:
     import django_ratelimit.core as drl
     from limits import parse, storage, strategies
 
-    client = connection.get_client("RATELIMIT")
+    client = connection.get_client("RATELIMIT", resend=False)  # the one decisions use
     url = client.connection_pool.connection_kwargs
     limits_storage = storage.RedisStorage(f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}")
     item = parse("1000000/hour")
