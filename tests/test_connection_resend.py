@@ -18,6 +18,8 @@ from redis.retry import Retry
 
 from django_redispatterns import connection
 from tests.redis_servers import RedisServer
+from tests.topologies import SentinelTopology
+from tests.topology_fixtures import patterns_settings
 
 # INCR a counter, then stay busy well past the client's socket timeout (0.3 s).
 SLOW_INCR = """
@@ -128,3 +130,52 @@ def test_the_aliases_own_client_does_resend(server: RedisServer) -> None:
     call, so the tests above would catch a client that does."""
     with settings_for(server):
         assert runs(server, connection.client_for("resend")) > 1
+
+
+def test_sentinel_clients_without_resend(redis_sentinel: SentinelTopology,
+                                         sentinel_url: str) -> None:
+    """django-redis's own Sentinel alias and our redis+sentinel:// URL: the resend=False
+    client talks to the primary with zero retries."""
+    native = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "native": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://{redis_sentinel.service}/0",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": [("127.0.0.1", s.port) for s in redis_sentinel.sentinels],
+                "SOCKET_TIMEOUT": 2,
+                "CONNECTION_POOL_KWARGS": {"retry_on_timeout": True},
+            },
+        },
+    }
+    connection.reset_clients()
+    try:
+        with override_settings(CACHES=native, REDIS_PATTERNS=patterns_settings("native")):
+            for name in ("native", sentinel_url):
+                client = connection.client_for(name, resend=False)
+                assert client.set("rptest:resend:sentinel", "1", px=60000)
+                assert client.info("replication")["role"] == "master"
+                pool = client.connection_pool
+                conn = pool.get_connection("PING") if redis.VERSION < (6,) else \
+                    pool.get_connection()
+                try:
+                    assert conn.retry.get_retries() == 0
+                    assert not conn.retry_on_error and not conn.retry_on_timeout
+                finally:
+                    pool.release(conn)
+    finally:
+        connection.reset_clients()
+
+
+def test_cluster_client_without_resend_is_the_cluster_client(cluster_url: str) -> None:
+    """Cluster clients never re-send (see connection._cluster); resend=False keeps that."""
+    connection.reset_clients()
+    try:
+        client = connection.client_for(cluster_url, resend=False)
+        assert connection.is_cluster(client)
+        assert client.retry.get_retries() == 0
+        assert client.set("rptest:resend:cluster", "1", px=60000)
+    finally:
+        connection.reset_clients()
