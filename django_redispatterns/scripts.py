@@ -140,6 +140,8 @@ class LuaScript:
                 raise
             backoff = _Backoff(self.name)
             while True:
+                # Bounded (rejection_budget) jittered back-off after a server rejection:
+                # the script did not run; this is not a poll of Redis.
                 time.sleep(backoff.delay(exc))
                 try:
                     return self._once(client, keys, args)
