@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-FENCE_LOG = "rptest:locktest:fences"
+from tests.redis_servers import KEY_PREFIX
+
+FENCE_LOG = f"{KEY_PREFIX}:locktest:fences"
 
 
 def _setup(redis_url: str) -> None:
@@ -33,7 +35,7 @@ def fence_worker(redis_url: str, start: Any, rounds: int) -> None:
             pipe.execute()
 
 
-FENCED_STORE = "rptest:locktest:store"
+FENCED_STORE = f"{KEY_PREFIX}:locktest:store"
 # Test-only stand-in for a fenced database row: accept a write only with a higher token.
 FENCED_WRITE = """
 local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')

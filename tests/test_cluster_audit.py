@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_redispatterns import checks
+from tests.redis_servers import KEY_PREFIX
 from tests.topologies import ClusterTopology, SentinelTopology
 from tests.topology_fixtures import patterns_settings
 
@@ -20,24 +21,25 @@ def test_audit_scans_every_master_of_the_cluster(
 ) -> None:
     client = redis_cluster.client()
     for i in range(60):  # spread over all three masters
-        client.set(f"rptest:audit:ttl:{i}", "x" * 10, ex=600)
+        client.set(f"{KEY_PREFIX}:audit:ttl:{i}", "x" * 10, ex=600)
     for i in range(9):
-        client.set(f"rptest:audit:forever:{i}", "y" * (100 * (i + 1)))
-    owners = {redis_cluster.master_for_key(f"rptest:audit:forever:{i}").port for i in range(9)}
+        client.set(f"{KEY_PREFIX}:audit:forever:{i}", "y" * (100 * (i + 1)))
+    owners = {redis_cluster.master_for_key(f"{KEY_PREFIX}:audit:forever:{i}").port
+              for i in range(9)}
     assert len(owners) > 1
 
     out = io.StringIO()
-    call_command("redis_audit", "--json", "--prefix", "rptest:audit", stdout=out)
+    call_command("redis_audit", "--json", "--prefix", f"{KEY_PREFIX}:audit", stdout=out)
     report = json.loads(out.getvalue())
     assert len(report["servers"]) == 3
     assert report["scanned"] == 69
     assert report["no_ttl"]["count"] == 9
-    assert report["largest"][0]["key"] == "rptest:audit:forever:8"
+    assert report["largest"][0]["key"] == f"{KEY_PREFIX}:audit:forever:8"
     assert {s["endpoint"] for s in report["servers"]} == {
         f"127.0.0.1:{n.port}" for n in redis_cluster.masters()}
 
     with pytest.raises(CommandError) as info:
-        call_command("redis_audit", "--prefix", "rptest:audit", "--fail-on-no-ttl",
+        call_command("redis_audit", "--prefix", f"{KEY_PREFIX}:audit", "--fail-on-no-ttl",
                      stdout=io.StringIO())
     assert info.value.returncode == 1
     redis_cluster.flush()
@@ -48,14 +50,14 @@ def test_audit_through_sentinel_reads_the_primary(
     redis_sentinel: SentinelTopology, sentinel_settings: str
 ) -> None:
     primary = redis_sentinel.primary().client()
-    primary.set("rptest:audit:forever", "x")
-    primary.set("rptest:audit:ttl", "x", ex=600)
+    primary.set(f"{KEY_PREFIX}:audit:forever", "x")
+    primary.set(f"{KEY_PREFIX}:audit:ttl", "x", ex=600)
     out = io.StringIO()
-    call_command("redis_audit", "--json", "--prefix", "rptest:audit", stdout=out)
+    call_command("redis_audit", "--json", "--prefix", f"{KEY_PREFIX}:audit", stdout=out)
     report = json.loads(out.getvalue())
     assert report["scanned"] == 2 and report["no_ttl"]["count"] == 1
     assert report["servers"][0]["role"] == "master"
-    primary.delete("rptest:audit:forever")
+    primary.delete(f"{KEY_PREFIX}:audit:forever")
 
 
 def test_deploy_checks_visit_every_cluster_master(redis_cluster: ClusterTopology) -> None:

@@ -20,6 +20,7 @@ from django.test import override_settings
 
 from django_redispatterns import connection
 from django_redispatterns.locks import Lock
+from tests.redis_servers import CACHE_PREFIX, KEY_PREFIX
 from tests.topologies import ClusterTopology, SentinelTopology
 from tests.topology_fixtures import patterns_settings
 
@@ -32,7 +33,7 @@ def cache_settings(url: str, **options: Any) -> dict[str, Any]:
         "patterns": {
             "BACKEND": "django_redispatterns.cache.RedisCache",
             "LOCATION": [url],
-            "KEY_PREFIX": "rptest-cache",
+            "KEY_PREFIX": CACHE_PREFIX,
             "TIMEOUT": 300,
             "OPTIONS": {"CONNECTION_FACTORY": FACTORY, "SOCKET_TIMEOUT": 2,
                         "SOCKET_CONNECT_TIMEOUT": 2, **options},
@@ -160,7 +161,7 @@ def test_django_redis_native_sentinel_alias_gives_sync_and_async_clients(
         "patterns": {
             "BACKEND": "django_redispatterns.cache.RedisCache",
             "LOCATION": f"redis://{redis_sentinel.service}/0",
-            "KEY_PREFIX": "rptest-cache",
+            "KEY_PREFIX": CACHE_PREFIX,
             "OPTIONS": {
                 "CLIENT_CLASS": "django_redis.client.SentinelClient",
                 "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
@@ -171,12 +172,12 @@ def test_django_redis_native_sentinel_alias_gives_sync_and_async_clients(
     }
     connection.reset_clients()
     with override_settings(CACHES=native, REDIS_PATTERNS=patterns_settings("patterns")):
-        connection.get_client("LOCKS").set("rptest:native", "1", px=60000)
+        connection.get_client("LOCKS").set(f"{KEY_PREFIX}:native", "1", px=60000)
 
         async def main() -> Any:
             aclient = connection.get_async_client("LOCKS")
             try:
-                return await aclient.get("rptest:native"), await aclient.info("replication")
+                return await aclient.get(f"{KEY_PREFIX}:native"), await aclient.info("replication")
             finally:
                 await aclient.aclose()
 

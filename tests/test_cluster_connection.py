@@ -22,6 +22,7 @@ from django_redispatterns.exceptions import (
     ClusterUnavailable,
     ConfigurationError,
 )
+from tests.redis_servers import KEY_PREFIX, SLOW_INCR_LUA
 from tests.topologies import ClusterTopology, SentinelTopology
 from tests.topology_fixtures import use_connection
 
@@ -33,18 +34,12 @@ PAIR = scripts.LuaScript(
     b"local n = redis.call('INCR', KEYS[2]); redis.call('PEXPIRE', KEYS[2], 60000)\n"
     b"return n",
 )
-# INCR, then spin for ARGV[1] ms: the reply arrives after the client's socket timeout.
-SLOW_INCR = scripts.LuaScript(
-    "test_slow_incr",
-    b"local n = redis.call('INCR', KEYS[1]); redis.call('PEXPIRE', KEYS[1], 60000)\n"
-    b"local t = redis.call('TIME'); local start = t[1] * 1000 + t[2] / 1000\n"
-    b"repeat t = redis.call('TIME') until t[1] * 1000 + t[2] / 1000 - start > tonumber(ARGV[1])\n"
-    b"return n",
-)
+# INCR, then stay busy for ARGV[1] ms: the reply arrives after the client's socket timeout.
+SLOW_INCR = scripts.LuaScript("test_slow_incr", SLOW_INCR_LUA)
 
 
 def tagged(tag: str, *names: str) -> list[str]:
-    return [f"rptest:t:{{{tag}}}:{n}" for n in names]
+    return [f"{KEY_PREFIX}:t:{{{tag}}}:{n}" for n in names]
 
 
 def tags_on_every_master(cluster: ClusterTopology, count: int = 12) -> list[str]:
@@ -63,14 +58,14 @@ def test_cluster_url_gives_a_cluster_client_sync_and_async(cluster_settings: str
     assert connection.is_cluster(client)
     # keys spread over all three masters, written and read through one client
     for i in range(30):
-        client.set(f"rptest:spread:{i}", i, px=60000)
-    assert [int(client.get(f"rptest:spread:{i}")) for i in range(30)] == list(range(30))
+        client.set(f"{KEY_PREFIX}:spread:{i}", i, px=60000)
+    assert [int(client.get(f"{KEY_PREFIX}:spread:{i}")) for i in range(30)] == list(range(30))
 
     async def main() -> list[int]:
         aclient = connection.get_async_client("RATELIMIT")
         assert connection.is_cluster(aclient)
         try:
-            return [int(await aclient.get(f"rptest:spread:{i}")) for i in range(30)]
+            return [int(await aclient.get(f"{KEY_PREFIX}:spread:{i}")) for i in range(30)]
         finally:
             await aclient.aclose()
 
@@ -88,16 +83,16 @@ def test_sentinel_url_talks_to_the_primary_sync_and_async(
 ) -> None:
     client = connection.get_client("SESSIONS")
     assert not connection.is_cluster(client)
-    client.set("rptest:sentinel:k", "v", px=60000)
+    client.set(f"{KEY_PREFIX}:sentinel:k", "v", px=60000)
     assert client.info("replication")["role"] == "master"
     primary = redis_sentinel.primary().client()
-    assert primary.get("rptest:sentinel:k") == b"v"
+    assert primary.get(f"{KEY_PREFIX}:sentinel:k") == b"v"
 
     async def main() -> bytes:
         aclient = connection.get_async_client("SESSIONS")
         try:
             assert (await aclient.info("replication"))["role"] == "master"
-            return bytes(await aclient.get("rptest:sentinel:k"))
+            return bytes(await aclient.get(f"{KEY_PREFIX}:sentinel:k"))
         finally:
             await aclient.aclose()
 
@@ -107,10 +102,10 @@ def test_sentinel_url_talks_to_the_primary_sync_and_async(
 def test_sentinel_url_selects_the_database(redis_sentinel: SentinelTopology) -> None:
     url = redis_sentinel.url[: -len("/0")] + "/3"
     with use_connection(url):
-        connection.get_client().set("rptest:db3", "x", px=60000)
-    assert redis_sentinel.primary().client(db=3).get("rptest:db3") == b"x"
-    assert redis_sentinel.primary().client(db=0).get("rptest:db3") is None
-    redis_sentinel.primary().client(db=3).delete("rptest:db3")
+        connection.get_client().set(f"{KEY_PREFIX}:db3", "x", px=60000)
+    assert redis_sentinel.primary().client(db=3).get(f"{KEY_PREFIX}:db3") == b"x"
+    assert redis_sentinel.primary().client(db=0).get(f"{KEY_PREFIX}:db3") is None
+    redis_sentinel.primary().client(db=3).delete(f"{KEY_PREFIX}:db3")
 
 
 # --- Lua on Cluster -----------------------------------------------------------------------
@@ -169,8 +164,8 @@ def test_async_script_call_recovers_from_noscript(
 def test_keys_in_two_slots_fail_loudly_before_running(cluster_settings: str) -> None:
     client = connection.get_client()
     with pytest.raises(RedisClusterException, match="same key slot"):
-        PAIR(client, ["rptest:t:{a}:x", "rptest:t:{b}:y"])
-    assert client.get("rptest:t:{a}:x") is None
+        PAIR(client, [f"{KEY_PREFIX}:t:{{a}}:x", f"{KEY_PREFIX}:t:{{b}}:y"])
+    assert client.get(f"{KEY_PREFIX}:t:{{a}}:x") is None
 
 
 # --- slot migration: ASK, TRYAGAIN --------------------------------------------------------
@@ -185,7 +180,7 @@ def test_single_key_calls_follow_ask_during_a_slot_migration(
     redis_cluster: ClusterTopology, cluster_settings: str
 ) -> None:
     client = connection.get_client()
-    key = "rptest:t:{mig1}:only"
+    key = f"{KEY_PREFIX}:t:{{mig1}}:only"
     client.set(key, 1, px=60000)
     slot = client.keyslot(key)
     target = _other_master(redis_cluster, slot)
@@ -279,9 +274,9 @@ def test_sentinel_client_does_not_resend_a_timed_out_script(
     with use_connection(sentinel_url, SOCKET_TIMEOUT=0.3):
         client = connection.get_client()
         with pytest.raises(redis.TimeoutError):
-            SLOW_INCR(client, ["rptest:slow"], [700])
+            SLOW_INCR(client, [f"{KEY_PREFIX}:slow"], [700])
         time.sleep(1.5)
-        assert int(redis_sentinel.primary().client().get("rptest:slow")) == 1
+        assert int(redis_sentinel.primary().client().get(f"{KEY_PREFIX}:slow")) == 1
 
 
 def test_async_multi_key_script_retries_tryagain_then_gives_a_clear_error(

@@ -17,6 +17,7 @@ import pytest
 from django_redispatterns import connection
 from django_redispatterns.locks import Lock, MultiLock, fence_key, held_key, locked, single_flight
 from tests import test_locks
+from tests.redis_servers import KEY_PREFIX
 from tests.topologies import ClusterTopology
 
 
@@ -54,7 +55,7 @@ def test_mutual_exclusion_and_rising_fences_across_threads_on_cluster(
     cluster_settings: str,
 ) -> None:
     client = connection.get_client("LOCKS")
-    counter = "rptest:locktest:{ctr}:counter"
+    counter = f"{KEY_PREFIX}:locktest:{{ctr}}:counter"
     client.set(counter, 0, ex=120)
     inside: list[int] = []
     fences: list[int] = []

@@ -16,6 +16,7 @@ from django.test import Client
 from django_redispatterns import connection
 from django_redispatterns.ratelimit import RateLimiter
 from django_redispatterns.ratelimit.limiter import hit_many
+from tests.redis_servers import KEY_PREFIX
 from tests.topologies import ClusterTopology
 
 ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
@@ -42,9 +43,9 @@ def test_keys_spread_over_masters_and_hold_no_identity(
     for i in range(30):
         limiter.hit(f"198.51.100.{i}")
     nodes_with_keys = {n.port for n in redis_cluster.masters()
-                       if any(True for _ in n.client().scan_iter(match="rptest:rl:*"))}
+                       if any(True for _ in n.client().scan_iter(match=f"{KEY_PREFIX}:rl:*"))}
     assert len(nodes_with_keys) == len(redis_cluster.masters())
-    names = [k.decode() for k in redis_cluster.scan_keys("rptest:rl:*")]
+    names = [k.decode() for k in redis_cluster.scan_keys(f"{KEY_PREFIX}:rl:*")]
     assert names and not any("198.51.100" in k for k in names)
 
 

@@ -17,21 +17,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redispatterns import connection
-from tests.redis_servers import RedisServer
+from tests.redis_servers import KEY_PREFIX, SLOW_INCR_LUA, RedisServer
 from tests.topologies import SentinelTopology
 from tests.topology_fixtures import patterns_settings
 
 # INCR a counter, then stay busy well past the client's socket timeout (0.3 s).
-SLOW_INCR = """
-redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], 60000)
-local t = redis.call('TIME')
-local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
-repeat
-  t = redis.call('TIME')
-until tonumber(t[1]) * 1000000 + tonumber(t[2]) - start > 700000
-return 1
-"""
+SLOW_INCR, BUSY_MS = SLOW_INCR_LUA, 700
 
 
 @pytest.fixture
@@ -49,7 +40,7 @@ def settings_for(server: RedisServer) -> Any:
             "OPTIONS": {"CONNECTION_POOL_KWARGS": {
                 "retry": Retry(NoBackoff(), 3), "retry_on_timeout": True,
                 "retry_on_error": [redis.TimeoutError]}}}},  # redis-py 5 needs the list
-        REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": "rptest",
+        REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
                         "SOCKET_TIMEOUT": 0.3, "SOCKET_CONNECT_TIMEOUT": 1},
     )
 
@@ -57,17 +48,17 @@ def settings_for(server: RedisServer) -> Any:
 def runs(server: RedisServer, client: Any) -> int:
     """Send SLOW_INCR once through ``client``; how many times the server ran it."""
     admin = server.client()
-    key = f"rptest:resend:{uuid.uuid4().hex}"
+    key = f"{KEY_PREFIX}:resend:{uuid.uuid4().hex}"
     with pytest.raises(redis.TimeoutError):
-        client.eval(SLOW_INCR, 1, key)
+        client.eval(SLOW_INCR, 1, key, BUSY_MS)
     return settle(admin, key)
 
 
 async def aruns(server: RedisServer, client: Any) -> int:
     admin = server.client()
-    key = f"rptest:resend:{uuid.uuid4().hex}"
+    key = f"{KEY_PREFIX}:resend:{uuid.uuid4().hex}"
     with pytest.raises(redis.TimeoutError):
-        await client.eval(SLOW_INCR, 1, key)
+        await client.eval(SLOW_INCR, 1, key, BUSY_MS)
     return settle(admin, key)
 
 
@@ -155,7 +146,7 @@ def test_sentinel_clients_without_resend(redis_sentinel: SentinelTopology,
         with override_settings(CACHES=native, REDIS_PATTERNS=patterns_settings("native")):
             for name in ("native", sentinel_url):
                 client = connection.client_for(name, resend=False)
-                assert client.set("rptest:resend:sentinel", "1", px=60000)
+                assert client.set(f"{KEY_PREFIX}:resend:sentinel", "1", px=60000)
                 assert client.info("replication")["role"] == "master"
                 pool = client.connection_pool
                 conn = pool.get_connection("PING") if redis.VERSION < (6,) else \
@@ -176,6 +167,6 @@ def test_cluster_client_without_resend_is_the_cluster_client(cluster_url: str) -
         client = connection.client_for(cluster_url, resend=False)
         assert connection.is_cluster(client)
         assert client.retry.get_retries() == 0
-        assert client.set("rptest:resend:cluster", "1", px=60000)
+        assert client.set(f"{KEY_PREFIX}:resend:cluster", "1", px=60000)
     finally:
         connection.reset_clients()

@@ -33,7 +33,7 @@ from django.test import Client, override_settings
 
 from django_redispatterns import connection
 from tests import urls_faults
-from tests.redis_servers import RedisServer
+from tests.redis_servers import CACHE_PREFIX, RedisServer
 from tests.topologies import wait_for
 
 pytestmark = pytest.mark.topology
@@ -62,7 +62,7 @@ def app_settings(server: RedisServer) -> override_settings:
             "patterns": {
                 "BACKEND": "django_redispatterns.cache.RedisCache",
                 "LOCATION": server.url,
-                "KEY_PREFIX": "rptest-cache",
+                "KEY_PREFIX": CACHE_PREFIX,
                 "TIMEOUT": 300,
                 "OPTIONS": {"SOCKET_TIMEOUT": SOCKET_TIMEOUT,
                             "SOCKET_CONNECT_TIMEOUT": SOCKET_TIMEOUT,

@@ -25,6 +25,7 @@ from django_redispatterns import connection
 from django_redispatterns.exceptions import BackendUnavailable
 from django_redispatterns.locks import Lock, held_key
 from django_redispatterns.ratelimit import RateLimiter
+from tests.redis_servers import KEY_PREFIX
 from tests.test_cluster_cache import cache_settings
 from tests.topologies import ClusterTopology, SentinelTopology, wait_for
 from tests.topology_fixtures import use_connection
@@ -214,7 +215,7 @@ def test_cluster_failover_under_session_and_rate_limit_traffic(
         browser = Client(REMOTE_ADDR="198.51.100.8", raise_request_exception=False)
         assert browser.get("/sess/").json() == {"n": 1}
         victim = cluster.master_for_key(  # the master holding this session
-            next(k for k in cluster.scan_keys("rptest:sess:*") if b":s:" in k))
+            next(k for k in cluster.scan_keys(f"{KEY_PREFIX}:sess:*") if b":s:" in k))
         for master in cluster.masters():
             cluster.wait_replicated(master)
         victim.kill()
@@ -253,7 +254,7 @@ def test_cluster_down_keeps_sessions_on_healthy_masters_signed_in(
         assert browser.get("/sess/").json() == {"n": 1}
         session_key = browser.cookies["sessionid"].value
         home = cluster.master_for_key(
-            next(k for k in cluster.scan_keys("rptest:sess:*") if b":s:" in k))
+            next(k for k in cluster.scan_keys(f"{KEY_PREFIX}:sess:*") if b":s:" in k))
         victim = next(m for m in cluster.masters() if m.port != home.port)
         victim.kill()
         wait_for(lambda: home.cluster_info()["cluster_state"] == "fail", PROMOTION_DEADLINE,

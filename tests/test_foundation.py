@@ -13,6 +13,7 @@ from django.test import override_settings
 from django_redispatterns import connection, keys, scripts
 from django_redispatterns.conf import build_config, get_config
 from django_redispatterns.exceptions import ConfigurationError, RedisPatternsError
+from tests.redis_servers import KEY_PREFIX
 
 # --- settings ---------------------------------------------------------------------------
 
@@ -54,10 +55,10 @@ def test_bad_settings_raise_improperly_configured_naming_the_key(raw: object, na
 
 
 def test_override_settings_resets_the_cached_config() -> None:
-    assert get_config().key_prefix == "rptest"
+    assert get_config().key_prefix == KEY_PREFIX
     with override_settings(REDIS_PATTERNS={"KEY_PREFIX": "other"}):
         assert get_config().key_prefix == "other"
-    assert get_config().key_prefix == "rptest"
+    assert get_config().key_prefix == KEY_PREFIX
 
 
 # --- keys -------------------------------------------------------------------------------
@@ -76,9 +77,9 @@ def test_identity_hash_is_keyed_stable_and_separated_by_purpose() -> None:
 
 
 def test_make_key_applies_prefix_and_tag() -> None:
-    assert keys.make_key("lock", "nightly", tag="locks") == "rptest:lock:{locks}:nightly"
-    assert keys.make_key("rl", "x") == "rptest:rl:x"
-    assert keys.feature_pattern("lock") == "rptest:lock:*"
+    assert keys.make_key("lock", "nightly", tag="locks") == f"{KEY_PREFIX}:lock:{{locks}}:nightly"
+    assert keys.make_key("rl", "x") == f"{KEY_PREFIX}:rl:x"
+    assert keys.feature_pattern("lock") == f"{KEY_PREFIX}:lock:*"
 
 
 @pytest.mark.parametrize("bad", ["", "a}b", "{x"])
@@ -100,7 +101,7 @@ def test_alias_reuses_django_redis_pool(redis_client: redis.Redis) -> None:
 
 
 def test_url_client_and_async_client(redis_url: str) -> None:
-    with override_settings(REDIS_PATTERNS={"CONNECTION": redis_url, "KEY_PREFIX": "rptest"}):
+    with override_settings(REDIS_PATTERNS={"CONNECTION": redis_url, "KEY_PREFIX": KEY_PREFIX}):
         client = connection.get_client("RATELIMIT")
         assert client.ping()
         kwargs = client.connection_pool.connection_kwargs
@@ -149,16 +150,16 @@ def test_every_lua_file_has_a_header_and_loads(redis_client: redis.Redis) -> Non
         assert redis_client.script_load(lua.source) == lua.sha
 
 
-def test_script_survives_script_flush(redis_client: redis.Redis) -> None:
+def test_script_survives_script_flush(own_redis: redis.Redis) -> None:
     lua = scripts.LuaScript("echo", b"-- echo: KEYS none, ARGV[1]; Returns ARGV[1]\nreturn ARGV[1]")
-    redis_client.script_flush()
-    assert lua(redis_client, [], ["a"]) == b"a"  # NOSCRIPT -> EVAL, runs once
-    assert redis_client.script_exists(lua.sha)[0]
-    assert lua(redis_client, [], ["b"]) == b"b"  # now EVALSHA
-    results = scripts.run_many(redis_client, [(lua, [], ["x"]), (lua, [], ["y"])])
+    own_redis.script_flush()
+    assert lua(own_redis, [], ["a"]) == b"a"  # NOSCRIPT -> EVAL, runs once
+    assert own_redis.script_exists(lua.sha)[0]
+    assert lua(own_redis, [], ["b"]) == b"b"  # now EVALSHA
+    results = scripts.run_many(own_redis, [(lua, [], ["x"]), (lua, [], ["y"])])
     assert results == [b"x", b"y"]
-    redis_client.script_flush()
-    assert scripts.run_many(redis_client, [(lua, [], ["x"]), (lua, [], ["y"])]) == [b"x", b"y"]
+    own_redis.script_flush()
+    assert scripts.run_many(own_redis, [(lua, [], ["x"]), (lua, [], ["y"])]) == [b"x", b"y"]
 
 
 def test_unknown_script_is_a_clear_error() -> None:

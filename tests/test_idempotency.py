@@ -19,6 +19,7 @@ from django_redispatterns import signals
 from django_redispatterns.exceptions import ConfigurationError, InvalidIdempotencyKey
 from django_redispatterns.idempotency import parse_key
 from tests.compat import aforce_login
+from tests.redis_servers import KEY_PREFIX
 from tests.urls_idempotency import idem_settings, post, runs
 
 
@@ -29,7 +30,7 @@ def client(redis_client: redis.Redis) -> Iterator[Client]:
 
 
 def record_keys(r: redis.Redis) -> list[bytes]:
-    return list(r.scan_iter(match="rptest:idem:*"))
+    return list(r.scan_iter(match=f"{KEY_PREFIX}:idem:*"))
 
 
 # --- first request and replay --------------------------------------------------------------

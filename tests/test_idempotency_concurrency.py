@@ -19,6 +19,7 @@ import redis
 from django.test import Client
 
 from django_redispatterns.idempotency import Claim, Fingerprint, IdempotencyStore, heartbeat
+from tests.redis_servers import KEY_PREFIX
 from tests.urls_idempotency import child_hold, child_send, idem_settings, post, runs
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -146,7 +147,7 @@ def test_crashed_holder_blocks_until_its_lease_ends_then_the_retry_runs(
         with idem_settings(LEASE=lease):
             blocked = post(Client(), "/charge/?sleep=60", key="crash-1")
             assert blocked.status_code == 409  # at most once while the lease holds
-            [key] = redis_client.scan_iter(match="rptest:idem:*")
+            [key] = redis_client.scan_iter(match=f"{KEY_PREFIX}:idem:*")
             assert 0 < redis_client.pttl(key) <= lease * 1000
             wait_for(lambda: redis_client.exists(key) == 0, timeout=lease + 10)
             retry = post(Client(), "/charge/?sleep=0", key="crash-1")
@@ -198,12 +199,12 @@ def test_claim_lost_mid_view_is_logged_and_not_stored(
         t = threading.Thread(target=lambda: first.append(post(Client(), "/charge/?sleep=1.5")))
         t.start()
         wait_for(lambda: runs(redis_client, "charge:start") == 1)
-        for key in redis_client.scan_iter(match="rptest:idem:*"):  # an operator deletes it
+        for key in redis_client.scan_iter(match=f"{KEY_PREFIX}:idem:*"):  # an operator deletes it
             redis_client.delete(key)
         t.join(30)
         assert first[0].status_code == 201  # the client still gets its answer
         assert "ended before the view finished" in caplog.text
-        assert list(redis_client.scan_iter(match="rptest:idem:*")) == []
+        assert list(redis_client.scan_iter(match=f"{KEY_PREFIX}:idem:*")) == []
         assert post(Client(), "/charge/?sleep=0").status_code == 201
 
 

@@ -20,6 +20,7 @@ from django_redispatterns.idempotency import (
     StoredResponse,
     heartbeat,
 )
+from tests.redis_servers import KEY_PREFIX
 from tests.urls_idempotency import idem_settings, post
 
 FP = Fingerprint.of("POST", "/pay/", "a=1", "application/json", b'{"x": 1}')
@@ -103,10 +104,10 @@ def test_key_names_hold_no_raw_key_or_scope(store: IdempotencyStore,
     raw_keys = ["{braces}", "a:b", "x" * 255, "alice@example.com", " spaced key "]
     for raw in raw_keys:
         store.complete(claim_of(store, "user:alice@example.com", raw), RESPONSE, FP, ttl=60)
-    names = [k.decode() for k in redis_client.scan_iter(match="rptest:idem:*")]
+    names = [k.decode() for k in redis_client.scan_iter(match=f"{KEY_PREFIX}:idem:*")]
     assert len(names) == len(raw_keys)
     for name in names:
-        assert re.fullmatch(r"rptest:idem:[0-9a-f]{32}", name)
+        assert re.fullmatch(fr"{KEY_PREFIX}:idem:[0-9a-f]{{32}}", name)
         assert redis_client.pttl(name) > 0
 
 
@@ -117,7 +118,7 @@ def test_every_key_of_a_request_cycle_has_a_ttl(redis_client: redis.Redis) -> No
         held = post(client, "/stream/", key="in-flight")  # in flight until closed
         post(client, "/charge/", key="stored")
     seen = {}
-    for name in redis_client.scan_iter(match="rptest:idem:*"):
+    for name in redis_client.scan_iter(match=f"{KEY_PREFIX}:idem:*"):
         seen[name] = redis_client.pttl(name)
     held.close()
     assert len(seen) == 2

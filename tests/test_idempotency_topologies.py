@@ -9,6 +9,7 @@ import pytest
 from django.test import AsyncClient, Client
 
 from django_redispatterns import connection
+from tests.redis_servers import KEY_PREFIX
 from tests.topologies import ClusterTopology, SentinelTopology
 from tests.urls_idempotency import idem_settings, post
 
@@ -46,7 +47,7 @@ def _check(responses: list[Any]) -> None:
 @pytest.mark.django_db
 def test_on_redis_cluster(redis_cluster: ClusterTopology, cluster_url: str) -> None:
     _check(_scenario(cluster_url))
-    keys = redis_cluster.scan_keys("rptest:idem:*")
+    keys = redis_cluster.scan_keys(f"{KEY_PREFIX}:idem:*")
     assert len(keys) == 2  # the streaming one was freed when closed
     assert all(redis_cluster.master_for_key(k).client().pttl(k) > 0 for k in keys)
 

@@ -38,6 +38,7 @@ from django_redispatterns.locks import (
     single_flight,
 )
 from tests import lock_workers
+from tests.redis_servers import KEY_PREFIX
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
 
 
 def lock_keys(client: redis.Redis) -> list[bytes]:
-    return list(client.scan_iter(match="rptest:lock:*", count=1000))
+    return list(client.scan_iter(match=f"{KEY_PREFIX}:lock:*", count=1000))
 
 
 # --- happy path -------------------------------------------------------------------------
@@ -77,7 +78,7 @@ def test_acquire_release_tokens_and_key_layout(redis_client: redis.Redis) -> Non
     assert first.acquire()
     assert first.token and len(first.token) >= 33
     key = held_key("report")
-    assert key == "rptest:lock:{locks}:held:report"
+    assert key == f"{KEY_PREFIX}:lock:{{locks}}:held:report"
     assert redis_client.get(key).startswith(first.token.encode() + b"|")  # type: ignore[union-attr]
     assert 0 < redis_client.pttl(key) <= 5000
     assert first.owned()
@@ -142,7 +143,7 @@ def test_acquire_signal_and_context_manager_value(received: dict[str, list[Any]]
 
 
 def test_mutual_exclusion_8_threads_x_100_increments(redis_client: redis.Redis) -> None:
-    counter = "rptest:locktest:counter"
+    counter = f"{KEY_PREFIX}:locktest:counter"
     redis_client.set(counter, 0, ex=120)
     inside = []
     errors: list[BaseException] = []

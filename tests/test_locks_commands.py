@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 
 from django_redispatterns.exceptions import LockLost
 from django_redispatterns.locks import Lock, held_key
+from tests.redis_servers import KEY_PREFIX
 from tests.testapp.management.commands.locktest_run import RUNS_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +39,7 @@ def runs(client: redis.Redis) -> list[list[str]]:
     return [e.decode().split() for e in client.lrange(RUNS_KEY, 0, -1)]
 
 
-RELEASE_KEY = "rptest:locktest:go"
+RELEASE_KEY = f"{KEY_PREFIX}:locktest:go"
 
 
 def start_both(redis_url: str, client: redis.Redis, *args: str,

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_redispatterns.exceptions import BackendUnavailable, LockLost, LockNotOwned
 from django_redispatterns.locks import Lock, MultiLock, fence_key, held_key, single_flight
+from tests.redis_servers import KEY_PREFIX
 from tests.test_locks import received, wait_until  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.topology
@@ -47,7 +48,7 @@ def test_redis_down_at_acquire_fails_closed_and_fast(redis_server_factory: Any) 
 
     from django.test import override_settings
 
-    with override_settings(REDIS_PATTERNS={"KEY_PREFIX": "rptest",
+    with override_settings(REDIS_PATTERNS={"KEY_PREFIX": KEY_PREFIX,
                                            "LOCKS": {"CONNECTION": server.url}}), \
             pytest.raises(CommandError, match="Redis unavailable"):
         Command().handle()  # not "skipped": an outage is an error, not "already running"
@@ -166,7 +167,7 @@ def test_no_keys_without_ttl_on_throwaway_servers(masters: list[Any]) -> None:
         pass
     for m in masters:
         client: redis.Redis = m.client()
-        found = list(client.scan_iter(match="rptest:lock:*"))
+        found = list(client.scan_iter(match=f"{KEY_PREFIX}:lock:*"))
         assert found and all(client.pttl(k) > 0 for k in found)
 
 

@@ -18,6 +18,7 @@ from django_redispatterns.exceptions import ConfigurationError
 from django_redispatterns.ratelimit import Decision, RateLimiter, ratelimit
 from django_redispatterns.ratelimit.limiter import hit_many
 from django_redispatterns.ratelimit.rates import Rate, parse_rate, validate_rules
+from tests.redis_servers import KEY_PREFIX
 
 ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
 
@@ -26,12 +27,12 @@ ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
 def _every_key_expires(redis_client: redis.Redis) -> Iterator[redis.Redis]:
     """After every scenario: each rate-limit key this module wrote has a TTL (SPEC 0)."""
     yield redis_client
-    for key in redis_client.scan_iter(match="rptest:rl:*", count=1000):
+    for key in redis_client.scan_iter(match=f"{KEY_PREFIX}:rl:*", count=1000):
         assert redis_client.pttl(key) != -1, key
 
 
 def rl_keys(client: redis.Redis) -> list[bytes]:
-    return list(client.scan_iter(match="rptest:rl:*", count=1000))
+    return list(client.scan_iter(match=f"{KEY_PREFIX}:rl:*", count=1000))
 
 
 # --- rates --------------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def test_keys_hold_no_identity_and_every_key_expires(redis_client: redis.Redis) 
     for key in found:
         assert redis_client.pttl(key) > 0, key
         # one hash tag per key, holding a 32-hex digest
-        assert re.fullmatch(rb"rptest:rl:\{[0-9a-f]{32}\}:.+", key), key
+        assert re.fullmatch(re.escape(KEY_PREFIX.encode()) + rb":rl:\{[0-9a-f]{32}\}:.+", key), key
 
 
 def test_group_and_identity_pairs_never_collide() -> None:

@@ -15,7 +15,7 @@ from django.test import AsyncClient, Client, override_settings
 
 from django_redispatterns.exceptions import BackendUnavailable
 from django_redispatterns.ratelimit import RateLimiter
-from tests.redis_servers import RedisServer
+from tests.redis_servers import KEY_PREFIX, RedisServer
 
 pytestmark = pytest.mark.urls("tests.urls_ratelimit")
 
@@ -24,7 +24,7 @@ LOGGER = "django_redispatterns.ratelimit"
 
 def patterns(url: str, fail_open: bool) -> Any:
     return override_settings(REDIS_PATTERNS={
-        "CONNECTION": "default", "KEY_PREFIX": "rptest",
+        "CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
         "SOCKET_TIMEOUT": 0.5, "SOCKET_CONNECT_TIMEOUT": 0.5,
         "RATELIMIT": {"CONNECTION": url, "FAIL_OPEN": fail_open},
     })

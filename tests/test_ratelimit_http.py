@@ -24,6 +24,7 @@ from django_redispatterns.middleware import RateLimitMiddleware
 from django_redispatterns.ratelimit.identity import client_ip
 from django_redispatterns.signals import ratelimit_blocked
 from tests.compat import aforce_login
+from tests.redis_servers import KEY_PREFIX
 
 pytestmark = pytest.mark.urls("tests.urls_ratelimit")
 
@@ -35,12 +36,12 @@ JSON_TYPE = "application/json"
 def _every_key_expires(redis_client: redis.Redis) -> Iterator[redis.Redis]:
     """After every scenario: each rate-limit key this module wrote has a TTL (SPEC 0)."""
     yield redis_client
-    for key in redis_client.scan_iter(match="rptest:rl:*", count=1000):
+    for key in redis_client.scan_iter(match=f"{KEY_PREFIX}:rl:*", count=1000):
         assert redis_client.pttl(key) != -1, key
 
 
 def patterns(**ratelimit: Any) -> dict[str, Any]:
-    return {"CONNECTION": "default", "KEY_PREFIX": "rptest", "RATELIMIT": ratelimit}
+    return {"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX, "RATELIMIT": ratelimit}
 
 
 def with_middleware(*rules: dict[str, Any], **extra: Any) -> Any:

@@ -28,17 +28,18 @@ from django.utils import timezone
 from django_redispatterns import scripts
 from django_redispatterns.sessions import KEY_RE, SessionStore, session_handle, user_tag
 from tests.compat import requires_django_5
+from tests.redis_servers import KEY_PREFIX
 
 pytestmark = pytest.mark.usefixtures("redis_client")
 
 
 def data_key(session_key: str | None) -> str:
     assert session_key is not None
-    return f"rptest:sess:{{{session_key[:32]}}}:s:{session_handle(session_key)}"
+    return f"{KEY_PREFIX}:sess:{{{session_key[:32]}}}:s:{session_handle(session_key)}"
 
 
 def all_keys(client: redis.Redis) -> list[bytes]:
-    return list(client.scan_iter(match="rptest:sess:*", count=1000))
+    return list(client.scan_iter(match=f"{KEY_PREFIX}:sess:*", count=1000))
 
 
 @pytest.fixture
@@ -203,7 +204,7 @@ def test_a_retried_create_succeeds_once(redis_client: redis.Redis) -> None:
     """SPEC D4: redis-py re-sends a timed-out call; the create must not then fail."""
     store = SessionStore()
     key = store._get_new_session_key()
-    keys = [data_key(key), f"rptest:sess:{{{key[:32]}}}:u"]
+    keys = [data_key(key), f"{KEY_PREFIX}:sess:{{{key[:32]}}}:u"]
     args: list[str | int] = ["c", store.encode({}), 60_000, session_handle(key), "0", "req-1",
                              "0", "", ""]
     save = scripts.script("session_save")

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
+
+from tests.redis_servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +46,9 @@ print("ok")
 '''
 
 
-def test_your_sessions_page(redis_url: str) -> None:
+def test_your_sessions_page(redis_server_factory: Callable[..., RedisServer]) -> None:
+    # A server of its own: the example project writes under its own prefixes, not the tests'.
+    redis_url = redis_server_factory().url
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings",
            "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT / "example_project")}
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT,

@@ -18,7 +18,7 @@ from django.test import Client, override_settings
 from django_redispatterns.sessions import user_sessions
 from tests import urls_sessions
 from tests.compat import requires_django_5
-from tests.redis_servers import RedisServer
+from tests.redis_servers import KEY_PREFIX, RedisServer
 
 INNER = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -36,7 +36,7 @@ def server(redis_server_factory: Callable[..., RedisServer],
            request: pytest.FixtureRequest) -> Iterator[RedisServer]:
     """A throwaway Redis for the sessions; the middleware after or above SessionMiddleware."""
     node = redis_server_factory()
-    config = {"CONNECTION": "default", "KEY_PREFIX": "rptest", "SOCKET_TIMEOUT": 0.5,
+    config = {"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX, "SOCKET_TIMEOUT": 0.5,
               "SOCKET_CONNECT_TIMEOUT": 0.5, "SESSIONS": {"CONNECTION": node.url}}
     middleware = INNER if request.param == "inner" else OUTER
     with override_settings(SESSION_ENGINE="django_redispatterns.sessions",
@@ -46,7 +46,7 @@ def server(redis_server_factory: Callable[..., RedisServer],
     if node.process is not None and node.process.poll() is None:
         node.resume()
         client = node.client()
-        for key in client.scan_iter(match="rptest:*"):  # house rule I1 on this server too
+        for key in client.scan_iter(match=f"{KEY_PREFIX}:*"):  # house rule I1 on this server too
             assert client.pttl(key) > 0, key
 
 
@@ -144,7 +144,7 @@ def test_password_change_succeeds_when_redis_is_down(
     server: RedisServer, alice: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     with override_settings(REDIS_PATTERNS={
-        "CONNECTION": "default", "KEY_PREFIX": "rptest", "SOCKET_TIMEOUT": 0.5,
+        "CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX, "SOCKET_TIMEOUT": 0.5,
         "SOCKET_CONNECT_TIMEOUT": 0.5,
         "SESSIONS": {"CONNECTION": server.url, "LOGOUT_ON_PASSWORD_CHANGE": True},
     }):

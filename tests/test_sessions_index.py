@@ -30,6 +30,7 @@ from django_redispatterns.sessions import (
     user_tag,
 )
 from tests.compat import requires_django_5
+from tests.redis_servers import KEY_PREFIX
 from tests.test_sessions_workers import create_sessions
 
 MIDDLEWARE = [
@@ -75,7 +76,7 @@ def whoami(client: Client) -> Any:
 
 
 def index_key(user: Any) -> str:
-    return f"rptest:sess:{{{user_tag(str(user.pk))}}}:u"
+    return f"{KEY_PREFIX}:sess:{{{user_tag(str(user.pk))}}}:u"
 
 
 def indexed(redis_client: redis.Redis, user: Any) -> set[str]:
@@ -84,7 +85,7 @@ def indexed(redis_client: redis.Redis, user: Any) -> set[str]:
 
 def live_data_keys(redis_client: redis.Redis, user: Any) -> set[str]:
     """sids of the user's sessions that hold data (SCAN over the user's tag)."""
-    pattern = f"rptest:sess:\\{{{user_tag(str(user.pk))}\\}}:s:*"
+    pattern = f"{KEY_PREFIX}:sess:\\{{{user_tag(str(user.pk))}\\}}:s:*"
     return {k.decode().rsplit(":", 1)[1] for k in redis_client.scan_iter(match=pattern, count=1000)
             if redis_client.hexists(k, "d")}
 
@@ -95,7 +96,7 @@ def assert_index_exact(redis_client: redis.Redis, user: Any) -> None:
     members = indexed(redis_client, user)
     if members:
         tag = user_tag(str(user.pk))
-        longest = max(redis_client.pttl(f"rptest:sess:{{{tag}}}:s:{sid}") for sid in members)
+        longest = max(redis_client.pttl(f"{KEY_PREFIX}:sess:{{{tag}}}:s:{sid}") for sid in members)
         assert redis_client.pttl(index_key(user)) >= longest - 5
 
 
@@ -221,7 +222,7 @@ def test_sessions_gone_behind_the_index_are_pruned_when_listed(redis_client: red
     user = make_user()
     a, b = device(), device()
     tag = user_tag(str(user.pk))
-    redis_client.delete(f"rptest:sess:{{{tag}}}:s:{session_handle(cookie(a))}")  # evicted
+    redis_client.delete(f"{KEY_PREFIX}:sess:{{{tag}}}:s:{session_handle(cookie(a))}")  # evicted
     assert [s.session_key for s in user_sessions(user)] == [session_handle(cookie(b))]
     assert indexed(redis_client, user) == {session_handle(cookie(b))}
 
@@ -264,7 +265,7 @@ def test_revoke_one_session_by_handle_only_for_its_owner(redis_client: redis.Red
     assert revoke_session(alice, "0" * 32) is False
 
 
-def test_ten_thousand_sessions_are_revoked_in_batches(redis_client: redis.Redis) -> None:
+def test_ten_thousand_sessions_are_revoked_in_batches(own_redis: redis.Redis) -> None:
     user = make_user()
     tag = user_tag(str(user.pk))
     encoded = SessionStore().encode({SESSION_KEY: str(user.pk)})
@@ -272,24 +273,24 @@ def test_ten_thousand_sessions_are_revoked_in_batches(redis_client: redis.Redis)
     sids = [f"{i:032x}" for i in range(10_000)]
     for start in range(0, len(sids), 1000):
         calls: list[scripts.Call] = [
-            (save, [f"rptest:sess:{{{tag}}}:s:{sid}", f"rptest:sess:{{{tag}}}:u"],
+            (save, [f"{KEY_PREFIX}:sess:{{{tag}}}:s:{sid}", f"{KEY_PREFIX}:sess:{{{tag}}}:u"],
              ["c", encoded, 600_000, sid, "1", f"n{sid}", "0", "", ""])
             for sid in sids[start:start + 1000]
         ]
-        assert scripts.run_many(redis_client, calls) == [1] * 1000
-    assert redis_client.zcard(index_key(user)) == 10_000
+        assert scripts.run_many(own_redis, calls) == [1] * 1000
+    assert own_redis.zcard(index_key(user)) == 10_000
     keeper = SessionStore()
     keeper[SESSION_KEY] = str(user.pk)
     keeper.save()
-    redis_client.slowlog_reset()
+    own_redis.slowlog_reset()
     started = time.monotonic()
     assert logout_everywhere(user, keep=keeper.session_key) == 10_000
     elapsed = time.monotonic() - started
     assert elapsed < 20, elapsed
-    assert indexed(redis_client, user) == {session_handle(keeper.session_key or "")}
-    assert live_data_keys(redis_client, user) == indexed(redis_client, user)
+    assert indexed(own_redis, user) == {session_handle(keeper.session_key or "")}
+    assert live_data_keys(own_redis, user) == indexed(own_redis, user)
     # batched: no single call took long enough to reach the slow log's default 10 ms
-    slow = redis_client.slowlog_get(128)
+    slow = own_redis.slowlog_get(128)
     assert all(e["duration"] < 100_000 for e in slow), slow  # microseconds
 
 
@@ -302,7 +303,7 @@ def test_password_change_keeps_this_device_and_ends_the_others(
 ) -> None:
     user = make_user()
     devices = [device() for _ in range(3)]
-    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": "rptest",
+    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
                                            "SESSIONS": {"LOGOUT_ON_PASSWORD_CHANGE": eager}}):
         response = devices[0].post("/password/", {"password": "new-pw"})
         assert response.status_code == 200
@@ -315,7 +316,7 @@ def test_password_change_keeps_this_device_and_ends_the_others(
 def test_password_change_outside_a_request_revokes_everything(redis_client: redis.Redis) -> None:
     user = make_user()
     devices = [device() for _ in range(2)]
-    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": "rptest",
+    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
                                            "SESSIONS": {"LOGOUT_ON_PASSWORD_CHANGE": True}}):
         fresh: AbstractBaseUser = get_user_model().objects.get(pk=user.pk)
         fresh.set_password("reset-by-email")
@@ -351,12 +352,13 @@ def test_a_client_chosen_session_key_is_never_adopted(redis_client: redis.Redis)
     other.cookies["sessionid"] = well_formed
     other.get("/write/x/")
     assert cookie(other) != well_formed
-    for key in redis_client.scan_iter(match="rptest:*"):
+    for key in redis_client.scan_iter(match=f"{KEY_PREFIX}:*"):
         assert b"attackerchosen123" not in key and b"a" * 32 not in key
 
 
 @pytest.mark.parametrize("value", ["x" * 4096, "héllo-wörld-1234", "{}{}{}{}", "a b c d e f",
-                                   "../../etc/passwd", "lock:job:1234", "rptest:sess:{x}:u"])
+                                   "../../etc/passwd", "lock:job:1234",
+                                   pytest.param(f"{KEY_PREFIX}:sess:{{x}}:u", id="a-key-name")])
 def test_hostile_cookies_are_treated_as_unknown(redis_client: redis.Redis, value: str) -> None:
     client = Client()
     client.cookies["sessionid"] = value
@@ -364,7 +366,7 @@ def test_hostile_cookies_are_treated_as_unknown(redis_client: redis.Redis, value
     response = client.get("/write/v/")
     assert response.status_code == 200
     assert cookie(client) != value
-    names = list(redis_client.scan_iter(match="rptest:*"))
+    names = list(redis_client.scan_iter(match=f"{KEY_PREFIX}:*"))
     assert all(value.encode() not in n for n in names)
 
 
@@ -375,7 +377,7 @@ def test_hostile_cookies_are_treated_as_unknown(redis_client: redis.Redis, value
                                                  ("hash", "hash"), ("none", "")])
 def test_ip_storage(mode: str, expected: str) -> None:
     user = make_user()
-    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": "rptest",
+    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
                                            "SESSIONS": {"IP_STORAGE": mode}}):
         client = Client(REMOTE_ADDR="2001:db8:abcd:12::1")
         client.post("/login/", {"username": "alice", "password": "pw-alice"})
@@ -392,7 +394,7 @@ def test_activity_is_written_at_most_once_per_interval(redis_client: redis.Redis
     (before,) = user_sessions(user)
     client.get("/whoami/", HTTP_USER_AGENT="second")  # within the interval: not rewritten
     assert user_sessions(user)[0].user_agent == "first"
-    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": "rptest",
+    with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
                                            "SESSIONS": {"ACTIVITY_INTERVAL": 0}}):
         client.get("/whoami/", HTTP_USER_AGENT="second")
         (after,) = user_sessions(user)
@@ -405,21 +407,21 @@ def test_activity_is_written_at_most_once_per_interval(redis_client: redis.Redis
 def test_anonymous_sessions_get_no_activity_writes(redis_client: redis.Redis) -> None:
     client = Client(HTTP_USER_AGENT="anon")
     client.get("/write/x/")
-    (name,) = [k for k in redis_client.scan_iter(match="rptest:sess:*")]
+    (name,) = [k for k in redis_client.scan_iter(match=f"{KEY_PREFIX}:sess:*")]
     assert redis_client.hget(name, "ua") is None
 
 
 @pytest.mark.parametrize("middleware", [MIDDLEWARE, INNER_MIDDLEWARE], ids=["outer", "inner"])
 def test_activity_is_recorded_in_the_login_save_in_either_position(
-    redis_client: redis.Redis, middleware: list[str]
+    own_redis: redis.Redis, middleware: list[str]
 ) -> None:
     user = make_user()
     with override_settings(MIDDLEWARE=middleware):
         client = device(agent="phone")
-        saves_before = int(redis_client.info("commandstats").get("cmdstat_evalsha", {})
+        saves_before = int(own_redis.info("commandstats").get("cmdstat_evalsha", {})
                            .get("calls", 0))
         client.get("/write/again/")  # a save: SessionMiddleware's second save is a no-op
-        saves = int(redis_client.info("commandstats")["cmdstat_evalsha"]["calls"]) - saves_before
+        saves = int(own_redis.info("commandstats")["cmdstat_evalsha"]["calls"]) - saves_before
     (info,) = user_sessions(user)
     assert (info.user_agent, info.ip) == ("phone", "203.0.113.0/24")
     assert info.last_activity is not None
@@ -511,7 +513,7 @@ def test_secret_key_rotation_moves_sessions_to_the_new_index_on_their_next_save(
         store[SESSION_KEY] = "7"
         store.save()
         old_key = store.session_key or ""
-        old_index = f"rptest:sess:{{{user_tag('7')}}}:u"
+        old_index = f"{KEY_PREFIX}:sess:{{{user_tag('7')}}}:u"
     with override_settings(SECRET_KEY=new, SECRET_KEY_FALLBACKS=[old]):
         assert user_sessions(7) == []  # the new index does not know it yet
         again = SessionStore(old_key)
@@ -543,7 +545,7 @@ def test_sliding_saves_leave_the_index_alone_and_pruning_respects_the_slack(
     now_ms = int(redis_client.time()[0]) * 1000
     tag = user_tag(str(user.pk))
     redis_client.zadd(index_key(user), {sid_a: now_ms - 10_000})
-    redis_client.pexpire(f"rptest:sess:{{{tag}}}:s:{sid_a}", 40_000)
+    redis_client.pexpire(f"{KEY_PREFIX}:sess:{{{tag}}}:s:{sid_a}", 40_000)
     b.set_expiry(300)
     b.save()  # rewrites the index (expiry changed by more than the slack) and prunes
     assert sid_a in indexed(redis_client, user)
@@ -558,7 +560,7 @@ def test_save_every_request_slides_the_expiry(redis_client: redis.Redis) -> None
     user = make_user()
     client = device()
     tag = user_tag(str(user.pk))
-    data_key = f"rptest:sess:{{{tag}}}:s:{session_handle(cookie(client))}"
+    data_key = f"{KEY_PREFIX}:sess:{{{tag}}}:s:{session_handle(cookie(client))}"
     redis_client.pexpire(data_key, 10_000)  # as if two weeks had passed
     whoami(client)  # reads only: without SESSION_SAVE_EVERY_REQUEST nothing is written
     assert redis_client.pttl(data_key) <= 10_000

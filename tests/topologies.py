@@ -16,8 +16,7 @@ Start-up waits are bounded and poll with short sleeps (test code, not library co
 
 from __future__ import annotations
 
-import functools
-import subprocess
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import redis
 
-from tests.redis_servers import RedisServer, free_port, redis_server_binary
+from tests.redis_servers import RedisServer, free_port, redis_server_binary, server_version
 
 CLUSTER_SLOTS = 16384
 NODE_TIMEOUT_MS = 2000
@@ -46,14 +45,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
                                + (f" (last error: {last_error!r})" if last_error else ""))
         time.sleep(step)
-
-
-@functools.cache
-def server_version(binary: str | None = None) -> tuple[int, ...]:
-    out = subprocess.run([binary or redis_server_binary() or "redis-server", "--version"],
-                         capture_output=True, text=True).stdout
-    version = out.split("v=", 1)[1].split()[0] if "v=" in out else "0"
-    return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
 def topology_skip_reason() -> str | None:
@@ -295,7 +286,8 @@ class SentinelServer(RedisServer):
                 f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}\n"
                 f"sentinel parallel-syncs {self.service} 1\n"
             )
-        return [self.binary, str(conf), "--sentinel"]
+        sentinel = os.environ.get("REDIS_SENTINEL")  # e.g. valkey-sentinel, redis-sentinel
+        return [sentinel, str(conf)] if sentinel else [self.binary, str(conf), "--sentinel"]
 
 
 class SentinelTopology:

@@ -3,8 +3,8 @@
 * ``redis_cluster`` / ``redis_sentinel`` — session-scoped, one per xdist worker (free ports,
   so workers never share servers); reused by every topology test of that worker.
 * ``cluster_url`` / ``sentinel_url`` — the URL for ``REDIS_PATTERNS["CONNECTION"]``; the
-  cluster is flushed before the test and checked for TTL-less ``rptest`` keys after it
-  (house rule I1, on every master).
+  cluster is flushed before the test (it is this worker's own) and checked for TTL-less
+  test keys after it (every key the app writes has a TTL; on every master).
 * ``cluster_settings`` / ``sentinel_settings`` — ``override_settings`` pointing the whole app
   (and the ``default`` cache, when it can) at the topology.
 * ``cluster_factory`` / ``sentinel_factory`` — fresh topologies a fault test may break
@@ -24,6 +24,7 @@ import pytest
 from django.test import override_settings
 
 from django_redispatterns import connection
+from tests.redis_servers import own_keys
 from tests.topologies import ClusterTopology, SentinelTopology, topology_skip_reason
 
 TOPOLOGY_FIXTURES = {
@@ -68,21 +69,21 @@ def redis_sentinel() -> Iterator[SentinelTopology]:
 
 def assert_every_key_has_a_ttl(keys_with_ttl: list[tuple[bytes, int]]) -> None:
     eternal = [key for key, pttl in keys_with_ttl if pttl == -1]
-    assert not eternal, f"keys written without a TTL (house rule I1): {eternal[:10]}"
+    assert not eternal, f"keys written without a TTL (every key needs one): {eternal[:10]}"
 
 
-def cluster_keys_with_ttl(cluster: ClusterTopology, match: str = "rptest*") -> list[
-        tuple[bytes, int]]:
-    out = []
-    for node in cluster.masters():
-        client = node.client()
-        out.extend((key, client.pttl(key)) for key in client.scan_iter(match=match, count=1000))
-    return out
+def keys_with_ttl(client: Any) -> list[tuple[bytes, int]]:
+    """This worker's test keys on one node, with their PTTL."""
+    return [(key, client.pttl(key)) for key in own_keys(client)]
+
+
+def cluster_keys_with_ttl(cluster: ClusterTopology) -> list[tuple[bytes, int]]:
+    return [pair for node in cluster.masters() for pair in keys_with_ttl(node.client())]
 
 
 @pytest.fixture
 def cluster_url(redis_cluster: ClusterTopology, request: pytest.FixtureRequest) -> Iterator[str]:
-    """URL of the worker's cluster, emptied before the test; I1 checked after it."""
+    """URL of the worker's cluster, emptied before the test; TTLs checked after it."""
     redis_cluster.wait_healthy()
     redis_cluster.flush()
     yield redis_cluster.url
@@ -93,14 +94,12 @@ def cluster_url(redis_cluster: ClusterTopology, request: pytest.FixtureRequest) 
 @pytest.fixture
 def sentinel_url(redis_sentinel: SentinelTopology,
                  request: pytest.FixtureRequest) -> Iterator[str]:
-    """URL of the worker's Sentinel set, primary emptied before the test; I1 checked after."""
+    """URL of the worker's Sentinel set, primary emptied before the test; TTLs checked after."""
     redis_sentinel.wait_healthy()
     redis_sentinel.primary().client().flushall()
     yield redis_sentinel.url
     if request.node.get_closest_marker("allow_no_ttl") is None:
-        client = redis_sentinel.primary().client()
-        assert_every_key_has_a_ttl(
-            [(key, client.pttl(key)) for key in client.scan_iter(match="rptest*", count=1000)])
+        assert_every_key_has_a_ttl(keys_with_ttl(redis_sentinel.primary().client()))
 
 
 def patterns_settings(url: str, **extra: Any) -> dict[str, Any]:

@@ -30,8 +30,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_redispatterns.idempotency import idempotent, idempotent_exempt
+from tests.redis_servers import KEY_PREFIX
 
-COUNTER = "rptest:idem-test:runs:"  # one counter per view name (TTL set on every INCR)
+COUNTER = f"{KEY_PREFIX}:idem-test:runs:"  # one counter per view name (TTL set on every INCR)
 
 
 def runs(client: redis.Redis, name: str) -> int:

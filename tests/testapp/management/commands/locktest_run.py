@@ -14,8 +14,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_redispatterns.locks import locked, single_flight
+from tests.redis_servers import KEY_PREFIX
 
-RUNS_KEY = "rptest:locktest:runs"
+RUNS_KEY = f"{KEY_PREFIX}:locktest:runs"
 
 
 def record(event: str) -> None:
