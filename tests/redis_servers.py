@@ -31,7 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 
@@ -250,16 +249,6 @@ def delete_own_keys(client: redis.Redis) -> None:
     keys = own_keys(client)
     for start in range(0, len(keys), 500):
         client.unlink(*keys[start:start + 500])
-
-
-def main_server_is_shared() -> bool:
-    """True when this process did not start the main test server (``REDIS_URL``: other
-    software, or the parent test process, uses it too)."""
-    url = main_redis_url()
-    if url is None:
-        return False
-    parts = urlsplit(url)
-    return not started_here(parts.hostname, parts.port or 6379)
 
 
 def _docker_redis_url() -> str | None:
