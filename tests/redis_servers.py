@@ -28,7 +28,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,21 @@ def redis_server_binary() -> str | None:
         if candidate.exists():
             return str(candidate)
     return None
+
+
+def _hung_up(port: int) -> set[tuple[str, str]]:
+    """Connections to ``port`` on 127.0.0.1 whose client sent something the server has not
+    read yet and then closed its end (CLOSE_WAIT): a call that timed out. (An idle pooled
+    connection that is merely closed, e.g. garbage-collected, has nothing unread.)"""
+    found = set()
+    with open("/proc/net/tcp") as table:  # Linux; the servers listen on 127.0.0.1 only
+        next(table)
+        for line in table:
+            local, remote, state, queues = line.split()[1:5]
+            unread = int(queues.split(":")[1], 16)
+            if state == "08" and unread and int(local.rsplit(":", 1)[1], 16) == port:
+                found.add((local, remote))
+    return found
 
 
 def free_port() -> int:
@@ -172,13 +189,55 @@ class RedisServer:
         self.start()
 
     def pause(self) -> None:
-        """SIGSTOP: the server hangs with its sockets open (partition-like)."""
+        """SIGSTOP: the server hangs with its sockets open (partition-like). Returns once
+        the process is stopped."""
         assert self.process is not None
         os.kill(self.process.pid, signal.SIGSTOP)
+        stat = Path(f"/proc/{self.process.pid}/stat")
+        deadline = time.monotonic() + 5
+        while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] not in "Tt":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not stop")
+            time.sleep(0.005)
 
     def resume(self) -> None:
         assert self.process is not None
         os.kill(self.process.pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def stopped_until_a_client_gives_up(
+            self, timeout: float = 30.0) -> Iterator[threading.Event]:
+        """The server stopped (SIGSTOP) until a client hangs up on it, then running again.
+
+        A call sent meanwhile waits, unread, in the server's socket; its client times out and
+        closes the connection; the server then continues (SIGCONT) and runs what its sockets
+        hold. So a timed-out call still runs, once, and so does each copy a re-sending client
+        sent meanwhile on a new connection: a way to count re-sends that needs no timing (it
+        holds under any load) and no script that stays busy (Redis >= 7.2 and Valkey freeze
+        TIME inside scripts). Fails if no client hung up within ``timeout``. Yields the event
+        set when one did (an asyncio caller awaits it off the loop, which closes the socket).
+        """
+        self.pause()
+        before = _hung_up(self.port)
+        hung_up = threading.Event()
+
+        def resume_when_a_client_hangs_up() -> None:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if _hung_up(self.port) - before:
+                    hung_up.set()
+                    break
+                time.sleep(0.005)
+            self.resume()
+
+        watcher = threading.Thread(target=resume_when_a_client_hangs_up, daemon=True)
+        watcher.start()
+        try:
+            yield hung_up
+        finally:
+            watcher.join(timeout + 5)
+            self.resume()
+        assert hung_up.is_set(), f"no client hung up on the stopped server within {timeout} s"
 
     def stop(self) -> None:
         if self.process is not None:
@@ -192,26 +251,6 @@ class RedisServer:
 def _stop_all() -> None:
     for server in _started:
         server.stop()
-
-
-# A one-key script that stays busy for ARGV[1] ms after its INCR, on every supported server:
-# Redis >= 7.2 and Valkey freeze TIME inside a script (a loop on TIME never ends), so it
-# counts the server's CPU time with os.clock() where that exists; Redis 6.2 and 7.0 have no
-# os.clock, and a TIME that moves. (DEBUG SLEEP is refused inside scripts.)
-SLOW_INCR_LUA = b"""\
--- KEYS[1]: a counter. ARGV[1]: milliseconds to stay busy after the INCR. Returns: the count.
-local n = redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], 60000)
-local has_clock, clock = pcall(function() return os.clock end)
-local function now()
-  if has_clock and clock then return clock() * 1000 end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-local start = now()
-while now() - start < tonumber(ARGV[1]) do end
-return n
-"""
 
 
 def server_version(binary: str | None = None) -> tuple[int, ...]:

@@ -57,6 +57,10 @@ DEVIATIONS = {
     # load when all variants run at once).
     "sqlite_gzip and (sinter or interstore or sdiff or sunion or srem or smove or sismember"
     " or smismember)": "upstream, time-dependent",
+    # Flaky with plain django-redis too: the herd client stamps int(time.time()) + timeout
+    # into the value, and the test packs its expected value again after the call (a second
+    # boundary between the two fails it; seen under load).
+    "sqlite_herd and test_set_call_empty_pipeline": "upstream, time-dependent",
 }
 
 def _sdist(version: str) -> Path:

@@ -22,7 +22,7 @@ from django_redispatterns.exceptions import (
     ClusterUnavailable,
     ConfigurationError,
 )
-from tests.redis_servers import KEY_PREFIX, SLOW_INCR_LUA
+from tests.redis_servers import KEY_PREFIX
 from tests.topologies import ClusterTopology, SentinelTopology
 from tests.topology_fixtures import use_connection
 
@@ -34,8 +34,13 @@ PAIR = scripts.LuaScript(
     b"local n = redis.call('INCR', KEYS[2]); redis.call('PEXPIRE', KEYS[2], 60000)\n"
     b"return n",
 )
-# INCR, then stay busy for ARGV[1] ms: the reply arrives after the client's socket timeout.
-SLOW_INCR = scripts.LuaScript("test_slow_incr", SLOW_INCR_LUA)
+# A one-key script: INCR (with a TTL).
+INCR = scripts.LuaScript(
+    "test_incr",
+    b"-- KEYS: a counter. ARGV: none. Returns: its INCR\n"
+    b"local n = redis.call('INCR', KEYS[1]); redis.call('PEXPIRE', KEYS[1], 60000)\n"
+    b"return n",
+)
 
 
 def tagged(tag: str, *names: str) -> list[str]:
@@ -188,7 +193,7 @@ def test_single_key_calls_follow_ask_during_a_slot_migration(
     try:
         redis_cluster.migrate_keys(source, target, [key])  # key now lives on the target
         assert client.incr(key) == 2  # ASK redirect followed transparently
-        assert SLOW_INCR(client, [key], [0]) == 3  # a one-key script as well
+        assert INCR(client, [key]) == 3  # a one-key script as well
     finally:
         redis_cluster.migrate_slot_finish(slot, source, target)
     assert int(client.get(key)) == 3
@@ -258,14 +263,11 @@ def test_cluster_client_does_not_resend_a_timed_out_script(
     with use_connection(cluster_url, SOCKET_TIMEOUT=0.3):
         client = connection.get_client()
         key = tagged("slow", "n")[0]
-        with pytest.raises(redis.TimeoutError):
-            SLOW_INCR(client, [key], [700])
-        node = redis_cluster.master_for_key(key).client()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and node.get(key) is None:
-            time.sleep(0.05)
-        time.sleep(1.0)  # a re-sent copy would have run by now
-        assert int(node.get(key)) == 1
+        assert INCR(client, [key]) == 1  # the script is cached on the node, a connection open
+        node = redis_cluster.master_for_key(key)
+        with node.stopped_until_a_client_gives_up(), pytest.raises(redis.TimeoutError):
+            INCR(client, [key])  # waits unread until the client gave up, then runs
+        assert settled(node.client(), key) == 2  # once, not once per re-send
 
 
 def test_sentinel_client_does_not_resend_a_timed_out_script(
@@ -273,10 +275,22 @@ def test_sentinel_client_does_not_resend_a_timed_out_script(
 ) -> None:
     with use_connection(sentinel_url, SOCKET_TIMEOUT=0.3):
         client = connection.get_client()
-        with pytest.raises(redis.TimeoutError):
-            SLOW_INCR(client, [f"{KEY_PREFIX}:slow"], [700])
-        time.sleep(1.5)
-        assert int(redis_sentinel.primary().client().get(f"{KEY_PREFIX}:slow")) == 1
+        key = f"{KEY_PREFIX}:slow"
+        assert INCR(client, [key]) == 1
+        primary = redis_sentinel.primary()
+        with primary.stopped_until_a_client_gives_up(), pytest.raises(redis.TimeoutError):
+            INCR(client, [key])
+        assert settled(primary.client(), key) == 2
+
+
+def settled(node: redis.Redis, key: str) -> int:
+    """The counter once the timed-out call (and any copy of it) has run: every copy was sent
+    before the call raised, and the running node reads them at once."""
+    deadline = time.monotonic() + 10
+    while int(node.get(key) or 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # a re-sent copy, queued on another connection, would have run by now
+    return int(node.get(key) or 0)
 
 
 def test_async_multi_key_script_retries_tryagain_then_gives_a_clear_error(

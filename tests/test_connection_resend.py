@@ -17,12 +17,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redispatterns import connection
-from tests.redis_servers import KEY_PREFIX, SLOW_INCR_LUA, RedisServer
+from tests.redis_servers import KEY_PREFIX, RedisServer
 from tests.topologies import SentinelTopology
 from tests.topology_fixtures import patterns_settings
 
-# INCR a counter, then stay busy well past the client's socket timeout (0.3 s).
-SLOW_INCR, BUSY_MS = SLOW_INCR_LUA, 700
+# The call whose copies the tests count: one INCR (with a TTL) per run on the server.
+INCR = "local n = redis.call('INCR', KEYS[1]); redis.call('PEXPIRE', KEYS[1], 60000); return n"
 
 
 @pytest.fixture
@@ -45,35 +45,41 @@ def settings_for(server: RedisServer) -> Any:
     )
 
 
-def runs(server: RedisServer, client: Any) -> int:
-    """Send SLOW_INCR once through ``client``; how many times the server ran it."""
-    admin = server.client()
+def runs(server: RedisServer, client: Any) -> tuple[int, BaseException | None]:
+    """Send INCR once through ``client`` while the server is stopped, so that the call times
+    out (0.3 s); then how many times the server ran it, and what the call raised."""
     key = f"{KEY_PREFIX}:resend:{uuid.uuid4().hex}"
-    with pytest.raises(redis.TimeoutError):
-        client.eval(SLOW_INCR, 1, key, BUSY_MS)
-    return settle(admin, key)
+    error: BaseException | None = None
+    with server.stopped_until_a_client_gives_up():
+        try:
+            client.eval(INCR, 1, key)
+        except redis.RedisError as exc:
+            error = exc
+    return settle(server.client(), key), error
 
 
-async def aruns(server: RedisServer, client: Any) -> int:
-    admin = server.client()
+async def aruns(server: RedisServer, client: Any) -> tuple[int, BaseException | None]:
     key = f"{KEY_PREFIX}:resend:{uuid.uuid4().hex}"
-    with pytest.raises(redis.TimeoutError):
-        await client.eval(SLOW_INCR, 1, key, BUSY_MS)
-    return settle(admin, key)
+    error: BaseException | None = None
+    with server.stopped_until_a_client_gives_up() as hung_up:
+        try:
+            await client.eval(INCR, 1, key)
+        except redis.RedisError as exc:
+            error = exc
+        await asyncio.to_thread(hung_up.wait, 30)  # the loop closes the socket meanwhile
+    return settle(server.client(), key), error
 
 
 def settle(admin: redis.Redis, key: str) -> int:
-    """The counter once every copy of the call that reached the server has run."""
+    """The counter once every copy of the call has run: all were sent before the call
+    returned, and the running server reads them at once."""
     deadline = time.monotonic() + 10
-    while True:  # a queued re-send runs only after the busy script before it
-        try:
-            first = int(admin.get(key) or 0)
-            time.sleep(1.5)  # longer than one script run: a queued copy would show
-            if int(admin.get(key) or 0) == first:
-                return first
-        except redis.RedisError:  # BUSY / timeout while a copy runs
-            pass
-        assert time.monotonic() < deadline
+    while True:
+        first = int(admin.get(key) or 0)
+        time.sleep(0.5)
+        if first and int(admin.get(key) or 0) == first:
+            return first
+        assert time.monotonic() < deadline, "the timed-out call never ran"
 
 
 @pytest.mark.parametrize("conn", ["url", "alias"])
@@ -84,22 +90,27 @@ def test_sync_client_without_resend_runs_a_timed_out_call_once(
         client = connection.client_for(name, resend=False)
         assert client is connection.client_for(name, resend=False)  # built once
         assert client.ping()
-        assert runs(server, client) == 1
+        count, error = runs(server, client)
+    assert isinstance(error, redis.TimeoutError)  # the caller learns of the timeout
+    assert count == 1  # and the call ran once: it was never sent again
 
 
 @pytest.mark.parametrize("conn", ["url", "alias"])
 def test_async_client_without_resend_runs_a_timed_out_call_once(
         server: RedisServer, conn: str) -> None:
-    async def run() -> int:
+    async def run() -> tuple[int, BaseException | None]:
         name = server.url if conn == "url" else "resend"
         client = connection.async_client_for(name, resend=False)
         try:
+            assert await client.ping()
             return await aruns(server, client)
         finally:
             await client.aclose()
 
     with settings_for(server):
-        assert asyncio.run(run()) == 1
+        count, error = asyncio.run(run())
+    assert isinstance(error, redis.TimeoutError)
+    assert count == 1
 
 
 def test_feature_client_without_resend_is_a_separate_client(server: RedisServer) -> None:
@@ -120,7 +131,10 @@ def test_the_aliases_own_client_does_resend(server: RedisServer) -> None:
     """The control: the alias's django-redis client (retry_on_timeout) re-sends a timed-out
     call, so the tests above would catch a client that does."""
     with settings_for(server):
-        assert runs(server, connection.client_for("resend")) > 1
+        client = connection.client_for("resend")
+        assert client.ping()
+        count, _ = runs(server, client)
+    assert count > 1
 
 
 def test_sentinel_clients_without_resend(redis_sentinel: SentinelTopology,
