@@ -108,7 +108,8 @@ def test_exactly_limit_hits_pass_then_block(algorithm: str) -> None:
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_peek_counts_nothing_and_reset_unblocks(algorithm: str) -> None:
     limiter = RateLimiter("2/m", algorithm=algorithm, group="peek")
-    assert limiter.peek("c") == Decision(True, 2, 2, 0.0, 0.0, limiter.rate, "default")
+    assert limiter.peek("c") == Decision(True, 2, 2, 0.0, 0.0, limiter.rate, "default",
+                                         cost=0, partition=limiter.partition_key("c"))
     limiter.hit("c")
     limiter.hit("c")
     for _ in range(3):

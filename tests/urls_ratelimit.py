@@ -40,6 +40,11 @@ def bucket(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
 
+@ratelimit("2/m", group="shared")
+def grouped(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
 @ratelimit("2/m", key="user")
 def per_user(request: HttpRequest) -> HttpResponse:
     return _state(request)
@@ -85,6 +90,32 @@ def plain(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
 
+def _reads(request: HttpRequest) -> JsonResponse:
+    """A view that reads the attributes directly, as the docs invite (no getattr)."""
+    decision = request.ratelimit  # type: ignore[attr-defined]
+    return JsonResponse({"limited": request.limited,  # type: ignore[attr-defined]
+                         "allowed": decision.allowed, "decided": decision.decided,
+                         "remaining": decision.remaining})
+
+
+@ratelimit("2/m")
+def reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
+@ratelimit("2/m")
+async def async_reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
+def plain_reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
+async def async_plain_reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
 async def async_plain(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
@@ -122,6 +153,11 @@ class ThrottledView(APIView):
         return Response({"ok": True})
 
 
+class ThrottledReadsView(ThrottledView):
+    def get(self, request: Any) -> Response:
+        return Response(json.loads(_reads(request).content))
+
+
 urlpatterns = [
     path("login/", login),
     path("fixed/", fixed),
@@ -138,5 +174,11 @@ urlpatterns = [
     path("api/plain/", plain),
     path("async-plain/", async_plain),
     path("drf/", ThrottledView.as_view()),
+    path("drf-reads/", ThrottledReadsView.as_view()),
+    path("reads/", reads),
+    path("grouped/", grouped),
+    path("async-reads/", async_reads),
+    path("api/reads/", plain_reads),
+    path("api/async-reads/", async_plain_reads),
     path("class/", ClassView.as_view()),
 ]

@@ -1,15 +1,18 @@
 """Who a request is: ``ip``, ``user``, ``user_or_ip``, ``header:<Name>`` or a callable.
 
 The strings returned here are raw identities; :class:`~.limiter.RateLimiter` hashes them
-(SPEC D6) before they reach Redis. ``None`` means "no identity": the rule does not apply
+(a keyed hash) before they reach Redis. ``None`` means "no identity": the rule does not apply
 to this request (an anonymous user under ``key="user"``, a missing header, a callable
 returning ``None``) — documented in docs/ratelimit.md.
 
 Client IP: ``REMOTE_ADDR``, unless that peer is listed in ``RATELIMIT['TRUSTED_PROXIES']``;
-then ``X-Forwarded-For`` is read right to left, skipping trusted proxies, and the first
-untrusted address is the client. A forged ``X-Forwarded-For`` from an untrusted peer is
-ignored. IPv6 addresses are grouped by ``IPV6_PREFIX`` (/64 by default): one host owns a
-whole /64, so per-address limits would be trivially bypassed.
+then ``X-Forwarded-For`` is read right to left, through trusted proxies, and the first
+untrusted address is the client. The walk ends at an entry that is no IP address (a proxy
+that wrote ``unknown``, an empty or garbled entry): the address to its right — the trusted
+proxy that could not name its client — is the identity, never an entry further left,
+which whoever sent the request could have written. A forged ``X-Forwarded-For`` from an
+untrusted peer is ignored. IPv6 addresses are grouped by ``IPV6_PREFIX`` (/64 by
+default): one host owns a whole /64, so per-address limits would be trivially bypassed.
 """
 
 from __future__ import annotations
@@ -80,12 +83,15 @@ def client_ip(request: Any) -> str:
     trusted = trusted_networks(tuple(section["TRUSTED_PROXIES"]))
     address = remote
     if trusted and _is_trusted(remote, trusted):
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        hops = [h for h in (_parse_ip(p) for p in forwarded.split(",")) if h is not None]
-        for hop in reversed(hops):
-            address = hop
-            if not _is_trusted(hop, trusted):
-                break
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
+        if forwarded:
+            for entry in reversed(forwarded.split(",")):
+                hop = _parse_ip(entry)
+                if hop is None:
+                    break  # not an address: whoever is to its left is unknown
+                address = hop
+                if not _is_trusted(hop, trusted):
+                    break
     return _group(address, section["IPV6_PREFIX"])
 
 

@@ -3,20 +3,22 @@
 ``RateLimiter("10/m", algorithm="sliding_window").hit("some-key")`` makes exactly one
 ``EVALSHA`` and returns a :class:`Decision`. :func:`hit_many` / :func:`ahit_many` decide
 several rules for one request in one pipelined round trip. Identities are hashed with
-:func:`~django_redispatterns.keys.identity_hash` (SPEC D6) before they reach a key name,
-and the digest is the key's hash tag, so a limiter's keys share one Cluster slot.
+:func:`~django_redispatterns.keys.identity_hash` (a keyed hash: a plain hash of an IPv4
+address is reversed by enumeration) before they reach a key name, and the digest is the
+key's hash tag, so a limiter's keys share one Cluster slot.
 
 Redis being unreachable, timing out, read-only or out of memory raises
 :class:`~django_redispatterns.exceptions.BackendUnavailable`; what to do then (fail open or
 closed) is the caller's policy.
 
-Decisions run on a client that never re-sends a command (``resend=False``, SPEC D4): a
-fixed-window or token-bucket call that timed out may have counted, and must not count
-again; it counts at most once and the caller sees ``BackendUnavailable``.
+Decisions run on a client that never re-sends a command (``resend=False``): a fixed-window
+or token-bucket call that timed out may have counted, and must not count again; it counts
+at most once and the caller sees ``BackendUnavailable``.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 from collections.abc import Sequence
@@ -92,20 +94,32 @@ class RateLimiter:
         _fresh()
         return names(self.group, identity, self.algorithm.code, self.algorithm.shape)[1]
 
+    def partition_key(self, identity: str) -> str:
+        """The ``pk`` of the rate-limit headers for ``identity``: base64 of a keyed hash of
+        the (group, identity) digest; it names the client's bucket without revealing the
+        identity or the Redis key."""
+        _fresh()
+        return names(self.group, identity, self.algorithm.code, self.algorithm.shape)[2]
+
     def call(self, identity: str, cost: int = 1, request_id: str | None = None) -> Call:
         """The script call that decides one hit (for :func:`hit_many` pipelines)."""
+        return self.prepare(identity, cost, request_id)[0]
+
+    def prepare(self, identity: str, cost: int = 1,
+                request_id: str | None = None) -> tuple[Call, str]:
+        """(the script call, the partition key) for one hit."""
         if cost.__class__ is not int or cost < 0:
             raise ValueError(f"cost must be a non-negative integer, got {cost!r}")
         _fresh()
         algo = self.algorithm
-        key = names(self.group, identity, algo.code, algo.shape)[1]
+        _, key, pk = names(self.group, identity, algo.code, algo.shape)
         rid = (request_id or new_request_id()) if algo.uses_request_id else ""
-        return (algo.lua, [key], algo.args(cost, rid))
+        return (algo.lua, (key,), algo.args(cost, rid)), pk
 
     # --- sync -------------------------------------------------------------------------
 
     def client(self) -> Any:
-        """The client decisions run on: it never re-sends a call (SPEC D4)."""
+        """The client decisions run on: it never re-sends a call."""
         if self.connection is not None:
             return connection.client_for(self.connection, resend=False)
         return connection.get_client(FEATURE, resend=False)
@@ -118,12 +132,12 @@ class RateLimiter:
         window, where it is the hit's log member: passing the same one again counts nothing
         more. The other algorithms ignore it.
         """
-        lua, key_names, args = self.call(identity, cost, request_id)
+        (lua, key_names, args), pk = self.prepare(identity, cost, request_id)
         try:
             raw = lua(self.client(), key_names, args)
         except UNAVAILABLE_ERRORS as exc:
             raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
-        return self.algorithm.decision(raw, self.name)
+        return self.algorithm.decision(raw, self.name, cost, pk)
 
     def peek(self, identity: str) -> Decision:
         """The current state for ``identity`` without counting anything."""
@@ -139,7 +153,7 @@ class RateLimiter:
     # --- async ------------------------------------------------------------------------
 
     def async_client(self) -> Any:
-        """The asyncio client decisions run on: it never re-sends a call (SPEC D4)."""
+        """The asyncio client decisions run on: it never re-sends a call."""
         if self.connection is not None:
             return connection.async_client_for(self.connection, resend=False)
         return connection.get_async_client(FEATURE, resend=False)
@@ -147,12 +161,12 @@ class RateLimiter:
     async def ahit(self, identity: str, cost: int = 1, *,
                    request_id: str | None = None) -> Decision:
         """Async twin of :meth:`hit` (``redis.asyncio``; no thread hop)."""
-        lua, key_names, args = self.call(identity, cost, request_id)
+        (lua, key_names, args), pk = self.prepare(identity, cost, request_id)
         try:
             raw = await lua.acall(self.async_client(), key_names, args)
         except UNAVAILABLE_ERRORS as exc:
             raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
-        return self.algorithm.decision(raw, self.name)
+        return self.algorithm.decision(raw, self.name, cost, pk)
 
     async def apeek(self, identity: str) -> Decision:
         return await self.ahit(identity, 0)
@@ -177,8 +191,8 @@ def _fresh() -> None:
         _names_config = config
 
 
-def names(group: str, identity: str, code: str, shape: str) -> tuple[str, str]:
-    """(digest, state key) for one identity under one limiter shape.
+def names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
+    """(digest, state key, partition key) for one identity under one limiter shape.
 
     Cached, except for long identities (client-chosen header values), which would let a
     client fill process memory through the cache.
@@ -192,28 +206,31 @@ _CACHEABLE_IDENTITY = 128
 
 
 @functools.lru_cache(maxsize=16384)
-def _names(group: str, identity: str, code: str, shape: str) -> tuple[str, str]:
+def _names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, str]:
     digest = keys.identity_hash(f"{len(group)}:{group}|{identity}", purpose="ratelimit")
     if not code:
-        return digest, ""
-    return digest, keys.make_key(KEY_FEATURE, code, shape, tag=digest)
+        return digest, "", ""
+    partition = bytes.fromhex(keys.identity_hash(digest, purpose="ratelimit-pk")[:24])
+    return (digest, keys.make_key(KEY_FEATURE, code, shape, tag=digest),
+            base64.b64encode(partition).decode())
 
 
 Hit = tuple[RateLimiter, str, int, "str | None"]
 
 
-def _calls(hits: Sequence[Hit]) -> list[Call]:
-    return [limiter.call(identity, cost, rid) for limiter, identity, cost, rid in hits]
+def _calls(hits: Sequence[Hit]) -> list[tuple[Call, str]]:
+    return [limiter.prepare(identity, cost, rid) for limiter, identity, cost, rid in hits]
 
 
-def _decisions(hits: Sequence[Hit], results: list[Any]) -> list[Decision]:
+def _decisions(hits: Sequence[Hit], calls: list[tuple[Call, str]],
+               results: list[Any]) -> list[Decision]:
     out = []
-    for (limiter, _, _, _), raw in zip(hits, results, strict=True):
+    for (limiter, _, cost, _), (_, pk), raw in zip(hits, calls, results, strict=True):
         if isinstance(raw, UNAVAILABLE_ERRORS):
             raise BackendUnavailable(f"rate limit check failed: {raw}") from raw
         if isinstance(raw, Exception):
             raise raw
-        out.append(limiter.algorithm.decision(raw, limiter.name))
+        out.append(limiter.algorithm.decision(raw, limiter.name, cost, pk))
     return out
 
 
@@ -235,10 +252,10 @@ def hit_many(hits: Sequence[Hit]) -> list[Decision]:
     client = hits[0][0].client()
     _same_connection(hits)
     try:
-        results = run_many(client, calls)
+        results = run_many(client, [call for call, _ in calls])
     except UNAVAILABLE_ERRORS as exc:
         raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
-    return _decisions(hits, results)
+    return _decisions(hits, calls, results)
 
 
 async def ahit_many(hits: Sequence[Hit]) -> list[Decision]:
@@ -249,7 +266,7 @@ async def ahit_many(hits: Sequence[Hit]) -> list[Decision]:
     client = hits[0][0].async_client()
     _same_connection(hits)
     try:
-        results = await arun_many(client, calls)
+        results = await arun_many(client, [call for call, _ in calls])
     except UNAVAILABLE_ERRORS as exc:
         raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
-    return _decisions(hits, results)
+    return _decisions(hits, calls, results)
