@@ -7,43 +7,40 @@
 -- The counter's expiry is set in the same script as its first increment (and repaired if it
 -- was ever lost), so no counter outlives its window.
 -- Not idempotent: callers run it on a client that never re-sends a call.
+-- An admitted hit runs two commands (INCRBY, PTTL; the first hit PEXPIRE instead of PTTL).
 local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-
-local function blocked(count)
-  local ttl = redis.call('PTTL', KEYS[1])
-  if ttl == -1 then redis.call('PEXPIRE', KEYS[1], window) end
-  if ttl < 0 then ttl = window end
-  local retry = ttl
-  if cost > limit then retry = window end
-  return '0 ' .. math.max(limit - count, 0) .. ' ' .. ttl .. ' ' .. retry
-end
-
+local count
 if cost == 0 then
-  local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if count >= limit then return blocked(count) end
-  local ttl = 0
-  if count > 0 then ttl = math.max(redis.call('PTTL', KEYS[1]), 0) end
-  return '1 ' .. (limit - count) .. ' ' .. ttl .. ' 0'
-end
-
-local count = redis.call('INCRBY', KEYS[1], cost)
-if count == cost then
-  if count > limit then
-    redis.call('DEL', KEYS[1])
-    return blocked(0)
+  count = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if count < limit then
+    local ttl = 0
+    if count > 0 then ttl = math.max(redis.call('PTTL', KEYS[1]), 0) end
+    return '1 ' .. (limit - count) .. ' ' .. ttl .. ' 0'
   end
-  redis.call('PEXPIRE', KEYS[1], window)
-  return '1 ' .. (limit - count) .. ' ' .. window .. ' 0'
+else
+  count = redis.call('INCRBY', KEYS[1], cost)
+  if count <= limit then
+    if count == cost then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return '1 ' .. (limit - count) .. ' ' .. ARGV[2] .. ' 0'
+    end
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl < 0 then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      ttl = ARGV[2]
+    end
+    return '1 ' .. (limit - count) .. ' ' .. ttl .. ' 0'
+  end
+  -- Over the limit: take the increment back (or drop a counter this hit created).
+  if count == cost then redis.call('DEL', KEYS[1]) else redis.call('DECRBY', KEYS[1], cost) end
+  count = count - cost
 end
-if count > limit then
-  redis.call('DECRBY', KEYS[1], cost)
-  return blocked(count - cost)
-end
+-- Blocked: retry when the window ends; a cost above the limit never fits (a full window).
+local window = tonumber(ARGV[2])
 local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  redis.call('PEXPIRE', KEYS[1], window)
-  ttl = window
-end
-return '1 ' .. (limit - count) .. ' ' .. ttl .. ' 0'
+if ttl == -1 then redis.call('PEXPIRE', KEYS[1], window) end
+if ttl < 0 then ttl = window end
+local retry = ttl
+if cost > limit then retry = window end
+return '0 ' .. math.max(limit - count, 0) .. ' ' .. ttl .. ' ' .. retry

@@ -51,7 +51,8 @@ class RateLimitMiddleware:
         self._section: Any = None
         self._rules: tuple[Rule, ...] = ()
         self.rules()  # bad RULES fail at startup, naming the value
-        if iscoroutinefunction(get_response):
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
             markcoroutinefunction(self)
 
     def rules(self) -> tuple[Rule, ...]:
@@ -63,7 +64,7 @@ class RateLimitMiddleware:
         return self._rules
 
     def __call__(self, request: Any) -> Any:
-        if iscoroutinefunction(self):
+        if self._async:
             return self.__acall__(request)
         blocked = check(request, self.rules())
         if blocked is not None:

@@ -152,6 +152,12 @@ def _record(request: HttpRequest, pending: Sequence[Pending],
             decisions: Sequence[Decision]) -> list[Decision]:
     """Put the decisions on the request, log and signal blocks; the blocking ones."""
     seen: list[Decision] | None = getattr(request, DECISIONS_ATTR, None)
+    if seen is None and len(decisions) == 1:
+        decision = decisions[0]
+        if decision.allowed and not pending[0][0].shadow:  # the common case, in one step
+            request.__dict__.update({DECISIONS_ATTR: [decision], "ratelimit": decision,
+                                     "limited": getattr(request, "limited", False)})
+            return []
     if seen is None:
         seen = []
         setattr(request, DECISIONS_ATTR, seen)

@@ -59,6 +59,19 @@ def _policy_item(name: str, quota: int, window: int, weighted: bool) -> str:
     return f'"{name}";q={quota}{unit};w={window}'
 
 
+def _put(response: HttpResponse, headers: list[tuple[str, str]]) -> None:
+    """Set headers we built: ASCII only (policy names are filtered to printable ASCII),
+    so Django's per-header charset and newline checks are skipped when its header store
+    is the plain dict it has been since Django 3.2."""
+    store = getattr(response.headers, "_store", None)
+    if type(store) is dict:
+        for name, value in headers:
+            store[name.lower()] = (name, value)
+    else:
+        for name, value in headers:
+            response[name] = value
+
+
 def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     """Put the rate-limit headers of every decision made for ``request`` on ``response``."""
     decisions: list[Decision] | None = getattr(request, DECISIONS_ATTR, None)
@@ -67,11 +80,12 @@ def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     if len(decisions) == 1:
         decision = decisions[0]
         name = _policy_name(decision.name)
-        response["RateLimit-Policy"] = _policy(name, decision)
+        headers = [("RateLimit-Policy", _policy(name, decision))]
         if decision.decided:
-            response["RateLimit"] = _state(name, decision)
+            headers.append(("RateLimit", _state(name, decision)))
             if get_config().feature("RATELIMIT")["LEGACY_HEADERS"]:
-                _legacy(response, decision)
+                headers += _legacy(decision)
+        _put(response, headers)
         return response
     policies, states, used = [], [], set()
     for decision in decisions:
@@ -84,11 +98,12 @@ def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
         policies.append(_policy(name, decision))
         if decision.decided:
             states.append(_state(name, decision))
-    response["RateLimit-Policy"] = ", ".join(policies)
+    headers = [("RateLimit-Policy", ", ".join(policies))]
     if states:
-        response["RateLimit"] = ", ".join(states)
+        headers.append(("RateLimit", ", ".join(states)))
         if get_config().feature("RATELIMIT")["LEGACY_HEADERS"]:
-            _legacy(response, binding([d for d in decisions if d.decided]))
+            headers += _legacy(binding([d for d in decisions if d.decided]))
+    _put(response, headers)
     return response
 
 
@@ -104,7 +119,7 @@ def _state(name: str, decision: Decision) -> str:
     return item if decision.cost == 1 else f"{item};c={decision.cost}"
 
 
-def _legacy(response: HttpResponse, decision: Decision) -> None:
-    response["RateLimit-Limit"] = str(decision.limit)
-    response["RateLimit-Remaining"] = str(decision.remaining)
-    response["RateLimit-Reset"] = str(whole_seconds(decision.reset_after or 0.0))
+def _legacy(decision: Decision) -> list[tuple[str, str]]:
+    return [("RateLimit-Limit", str(decision.limit)),
+            ("RateLimit-Remaining", str(decision.remaining)),
+            ("RateLimit-Reset", str(whole_seconds(decision.reset_after or 0.0)))]

@@ -72,27 +72,50 @@ def client_ip(request: Any) -> str:
     socket or a misconfigured proxy): silently limiting everybody as one client, or nobody,
     would both be wrong.
     """
-    section = get_config().feature("RATELIMIT")
-    remote = _parse_ip(request.META.get("REMOTE_ADDR") or "")
+    meta = request.META
+    remote = meta.get("REMOTE_ADDR") or ""
+    config = get_config()
+    trusted, prefix = _ip_settings(config)
+    forwarded = meta.get("HTTP_X_FORWARDED_FOR") if trusted else None
+    if len(remote) + len(forwarded or "") > _CACHEABLE_CHAIN:  # client-chosen: not kept
+        return _client_ip.__wrapped__(remote, forwarded, trusted, prefix)
+    return _client_ip(remote, forwarded, trusted, prefix)
+
+
+_CACHEABLE_CHAIN = 256
+_ip_config: list[Any] = [None, ((), 64)]
+
+
+def _ip_settings(config: Any) -> tuple[tuple[IPNetwork, ...], int]:
+    """(trusted proxy networks, IPv6 prefix) of the current settings object."""
+    if _ip_config[0] is not config:
+        section = config.feature("RATELIMIT")
+        _ip_config[1] = (trusted_networks(tuple(section["TRUSTED_PROXIES"])),
+                         section["IPV6_PREFIX"])
+        _ip_config[0] = config
+    return _ip_config[1]
+
+
+@functools.lru_cache(maxsize=8192)
+def _client_ip(remote_text: str, forwarded: str | None, trusted: tuple[IPNetwork, ...],
+               prefix: int) -> str:
+    remote = _parse_ip(remote_text)
     if remote is None:
         raise ConfigurationError(
-            f"rate limiting by IP needs a valid REMOTE_ADDR, got "
-            f"{request.META.get('REMOTE_ADDR')!r}; behind a proxy that connects over a Unix "
-            "socket, set RATELIMIT['TRUSTED_PROXIES'] or use a callable key."
+            f"rate limiting by IP needs a valid REMOTE_ADDR, got {remote_text!r}; behind a "
+            "proxy that connects over a Unix socket, set RATELIMIT['TRUSTED_PROXIES'] or "
+            "use a callable key."
         )
-    trusted = trusted_networks(tuple(section["TRUSTED_PROXIES"]))
     address = remote
-    if trusted and _is_trusted(remote, trusted):
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
-        if forwarded:
-            for entry in reversed(forwarded.split(",")):
-                hop = _parse_ip(entry)
-                if hop is None:
-                    break  # not an address: whoever is to its left is unknown
-                address = hop
-                if not _is_trusted(hop, trusted):
-                    break
-    return _group(address, section["IPV6_PREFIX"])
+    if forwarded and _is_trusted(remote, trusted):
+        for entry in reversed(forwarded.split(",")):
+            hop = _parse_ip(entry)
+            if hop is None:
+                break  # not an address: whoever is to its left is unknown
+            address = hop
+            if not _is_trusted(hop, trusted):
+                break
+    return _group(address, prefix)
 
 
 def _group(address: Any, v6_prefix: int) -> str:

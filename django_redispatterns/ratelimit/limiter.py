@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -50,8 +51,25 @@ UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
 
 
 def new_request_id() -> str:
-    """A unique id per hit: the sliding-window log member."""
-    return os.urandom(9).hex()
+    """A unique id per hit: the sliding-window log member.
+
+    A random per-process prefix (re-drawn in a forked child) and a counter: unique across
+    processes and threads without a system call per hit.
+    """
+    return f"{_rid_prefix}{next(_rid_counter):x}"
+
+
+def _reseed_request_ids() -> None:
+    global _rid_prefix, _rid_counter
+    _rid_prefix = os.urandom(8).hex() + "-"
+    _rid_counter = itertools.count(1)
+
+
+_rid_prefix = ""
+_rid_counter = itertools.count(1)
+_reseed_request_ids()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_request_ids)
 
 
 class RateLimiter:
@@ -77,6 +95,11 @@ class RateLimiter:
         self.group = group
         self.name = name or "default"
         self.connection = connection
+        # Per settings object: identity -> ((state key,), partition key), and the
+        # connection name, so that a decision costs one dict lookup before the EVALSHA.
+        self._config: Any = None
+        self._names: dict[str, tuple[tuple[str], str]] = {}
+        self._connection_name = ""
 
     def __repr__(self) -> str:
         return (f"RateLimiter({str(self.rate)!r}, algorithm={self.algorithm.name!r}, "
@@ -110,19 +133,40 @@ class RateLimiter:
         """(the script call, the partition key) for one hit."""
         if cost.__class__ is not int or cost < 0:
             raise ValueError(f"cost must be a non-negative integer, got {cost!r}")
-        _fresh()
+        config = get_config()
+        if config is not self._config:
+            self._settings_changed(config)
+        entry = self._names.get(identity)
+        if entry is None:
+            entry = self._name(identity)
         algo = self.algorithm
-        _, key, pk = names(self.group, identity, algo.code, algo.shape)
         rid = (request_id or new_request_id()) if algo.uses_request_id else ""
-        return (algo.lua, (key,), algo.args(cost, rid)), pk
+        return (algo.lua, entry[0], algo.args(cost, rid)), entry[1]
+
+    def _settings_changed(self, config: Any) -> None:
+        self._names = {}
+        self._connection_name = (self.connection if self.connection is not None
+                                 else config.connection_for(FEATURE))
+        self._config = config
+
+    def _name(self, identity: str) -> tuple[tuple[str], str]:
+        _fresh()
+        _, key, pk = names(self.group, identity, self.algorithm.code, self.algorithm.shape)
+        entry = ((key,), pk)
+        if len(identity) <= _CACHEABLE_IDENTITY:  # client-chosen long values: not kept
+            if len(self._names) >= _NAMES_PER_LIMITER:
+                self._names = {}
+            self._names[identity] = entry
+        return entry
 
     # --- sync -------------------------------------------------------------------------
 
     def client(self) -> Any:
         """The client decisions run on: it never re-sends a call."""
-        if self.connection is not None:
-            return connection.client_for(self.connection, resend=False)
-        return connection.get_client(FEATURE, resend=False)
+        config = get_config()
+        if config is not self._config:
+            self._settings_changed(config)
+        return connection.client_for(self._connection_name, resend=False)
 
     def hit(self, identity: str, cost: int = 1, *, request_id: str | None = None) -> Decision:
         """Count ``cost`` hits for ``identity`` if they fit; one round trip.
@@ -154,9 +198,10 @@ class RateLimiter:
 
     def async_client(self) -> Any:
         """The asyncio client decisions run on: it never re-sends a call."""
-        if self.connection is not None:
-            return connection.async_client_for(self.connection, resend=False)
-        return connection.get_async_client(FEATURE, resend=False)
+        config = get_config()
+        if config is not self._config:
+            self._settings_changed(config)
+        return connection.async_client_for(self._connection_name, resend=False)
 
     async def ahit(self, identity: str, cost: int = 1, *,
                    request_id: str | None = None) -> Decision:
@@ -203,6 +248,7 @@ def names(group: str, identity: str, code: str, shape: str) -> tuple[str, str, s
 
 
 _CACHEABLE_IDENTITY = 128
+_NAMES_PER_LIMITER = 4096
 
 
 @functools.lru_cache(maxsize=16384)

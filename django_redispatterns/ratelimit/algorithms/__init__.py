@@ -65,6 +65,9 @@ class Decision(NamedTuple):
                    limiter.name, False, cost)
 
 
+_new_tuple = tuple.__new__  # builds a Decision without NamedTuple's Python-level __new__
+
+
 class Algorithm:
     """One rate-limit strategy: a Lua script plus how to call it and read its answer."""
 
@@ -83,6 +86,7 @@ class Algorithm:
         # Arguments are sent as ready bytes: no int formatting per call.
         self._fixed = tuple(str(a).encode() for a in self.fixed_args())
         self._args_by_cost = {cost: (*self._fixed, str(cost).encode()) for cost in (0, 1)}
+        self._capacity = self.capacity
 
     @property
     def capacity(self) -> int:
@@ -106,12 +110,12 @@ class Algorithm:
                  partition: str = "") -> Decision:
         try:
             allowed, remaining, reset_ms, retry_ms = raw.split()
-            reset = int(reset_ms) / 1000.0
             if allowed == b"1" or allowed == "1":
-                return Decision(True, self.capacity, int(remaining), reset, 0.0, self.rate,
-                                name, True, cost, partition)
+                return _new_tuple(Decision, (True, self._capacity, int(remaining),
+                                             int(reset_ms) / 1000.0, 0.0, self.rate, name,
+                                             True, cost, partition))
             # A blocked answer always carries a positive wait (Retry-After is >= 1 s).
-            return Decision(False, self.capacity, int(remaining), reset,
+            return Decision(False, self._capacity, int(remaining), int(reset_ms) / 1000.0,
                             max(int(retry_ms) / 1000.0, 0.001), self.rate, name, True, cost,
                             partition)
         except (AttributeError, TypeError, ValueError) as exc:

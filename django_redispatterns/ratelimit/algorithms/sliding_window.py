@@ -20,4 +20,7 @@ class SlidingWindow(Algorithm):
     uses_request_id = True
 
     def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        return (*super().args(cost, request_id), request_id)
+        args = self._args_by_cost.get(cost)
+        if args is None:
+            return (*self._fixed, str(cost).encode(), request_id)
+        return (*args, request_id)
