@@ -1,4 +1,4 @@
-"""Rate limiting core: rates, the three algorithms' maths, D4 re-sends, keys, concurrency."""
+"""Rate limiting core: rates, the three algorithms' maths, re-sent calls, keys, concurrency."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
 
 @pytest.fixture(autouse=True)
 def _every_key_expires(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    """After every scenario: each rate-limit key this module wrote has a TTL (SPEC 0)."""
+    """After every scenario: each rate-limit key this module wrote has a TTL (house rule)."""
     yield redis_client
     for key in redis_client.scan_iter(match="rptest:rl:*", count=1000):
         assert redis_client.pttl(key) != -1, key
@@ -206,7 +206,7 @@ def test_token_bucket_without_burst_allows_limit_at_once() -> None:
     assert sum(limiter.hit("c").allowed for _ in range(12)) == 10
 
 
-# --- D4: a re-sent call counts once ------------------------------------------------------------
+# --- a re-sent call counts once ------------------------------------------------------------------
 
 
 def test_sliding_window_hit_resent_with_the_same_request_id_counts_once() -> None:

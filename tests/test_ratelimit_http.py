@@ -33,7 +33,7 @@ JSON_TYPE = "application/json"
 
 @pytest.fixture(autouse=True)
 def _every_key_expires(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    """After every scenario: each rate-limit key this module wrote has a TTL (SPEC 0)."""
+    """After every scenario: each rate-limit key this module wrote has a TTL (house rule)."""
     yield redis_client
     for key in redis_client.scan_iter(match="rptest:rl:*", count=1000):
         assert redis_client.pttl(key) != -1, key
