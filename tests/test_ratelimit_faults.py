@@ -1,4 +1,4 @@
-"""Rate limiting when Redis is down, paused, out of memory or lost its scripts (the outage policy)."""
+"""Rate limiting when Redis is down, paused, out of memory or lost its scripts."""
 
 from __future__ import annotations
 

@@ -177,8 +177,9 @@ class RateLimiter:
         more. The other algorithms ignore it.
         """
         (lua, key_names, args), pk = self.prepare(identity, cost, request_id)
-        try:
-            raw = lua(self.client(), key_names, args)
+        try:  # prepare() brought the connection name up to date with the settings
+            raw = lua(connection.client_for(self._connection_name, resend=False), key_names,
+                      args)
         except UNAVAILABLE_ERRORS as exc:
             raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
         return self.algorithm.decision(raw, self.name, cost, pk)
@@ -208,7 +209,8 @@ class RateLimiter:
         """Async twin of :meth:`hit` (``redis.asyncio``; no thread hop)."""
         (lua, key_names, args), pk = self.prepare(identity, cost, request_id)
         try:
-            raw = await lua.acall(self.async_client(), key_names, args)
+            client = connection.async_client_for(self._connection_name, resend=False)
+            raw = await lua.acall(client, key_names, args)
         except UNAVAILABLE_ERRORS as exc:
             raise BackendUnavailable(f"rate limit check failed: {exc}") from exc
         return self.algorithm.decision(raw, self.name, cost, pk)
