@@ -10,6 +10,7 @@ user pk, a header value, what a callable key returns). Inspecting counts nothing
 
 from __future__ import annotations
 
+import copy
 import inspect as pyinspect
 from collections.abc import Iterable
 from typing import Any
@@ -209,11 +210,9 @@ def _rules_of(handler: Any, where: str) -> list[tuple[Rule, str]]:
 
 
 def _regrouped(rule: Rule, group: str) -> Rule:
-    copy = object.__new__(Rule)
-    for slot in Rule.__slots__:
-        object.__setattr__(copy, slot, getattr(rule, slot))
-    copy.group = group
-    copy._limiters = {}
+    regrouped = copy.copy(rule)
+    regrouped.group = group
+    regrouped._limiters = {}
     if rule.limiter is not None:
-        copy.limiter = copy._build(rule.limiter.rate)
-    return copy
+        regrouped.limiter = regrouped._build(rule.limiter.rate)
+    return regrouped
