@@ -204,14 +204,14 @@ def test_text_report(small_server: RedisServer) -> None:
     assert "maxmemory 0 (no limit), maxmemory-policy noeviction (read with CONFIG)" in out
 
 
-@override_settings(REDIS_PATTERNS={"KEY_PREFIX": "rptest"})  # a server of its own
+@override_settings(REDIS_PATTERNS={"KEY_PREFIX": "rpaudit"})  # on a server of its own
 def test_our_own_ttl_less_keys_are_flagged(small_server: RedisServer) -> None:
     # A prefix without digits: the audit folds digit-bearing name parts into "*" before it
-    # compares them with KEY_PREFIX, so the suite's own "rptest-<run>-gw0" would not match.
-    small_server.client().set("rptest:lock:stray", "x")
+    # compares them with KEY_PREFIX, so the suite's own rptest-<run>-gw0 would not match.
+    small_server.client().set("rpaudit:lock:stray", "x")
     report = audit(small_server.url)
     ours = [g for g in report["no_ttl"]["groups"] if g["ours"]]
-    assert [g["pattern"] for g in ours] == ["rptest:lock:stray"]
+    assert [g["pattern"] for g in ours] == ["rpaudit:lock:stray"]
     assert "written by django-redispatterns" in _run(small_server.url)
 
 

@@ -8,6 +8,7 @@ never sends a server-wide command (FLUSHALL, CONFIG SET, ...) to a server it did
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -123,3 +124,17 @@ def test_own_redis_points_the_app_at_a_server_of_the_tests_own(own_redis: redis.
     connection.get_client().set(f"{KEY_PREFIX}:probe", "1", px=30_000)
     assert own_redis.get(f"{KEY_PREFIX}:probe") == b"1"
     assert own_redis.config_resetstat()  # its own: server-wide commands are fine
+
+
+def test_no_test_hard_codes_the_key_prefix() -> None:
+    """Keys named ``rptest...`` by hand escape the per-worker clean-up and TTL check (and
+    collide between workers on a shared REDIS_URL): tests use KEY_PREFIX / CACHE_PREFIX."""
+    allowed = {"redis_servers.py", "test_harness.py"}
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name in allowed:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if re.search(r"""(?<!\w)[fbrFBR]{0,2}["']rptest""", line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "use tests.redis_servers.KEY_PREFIX / CACHE_PREFIX:\n" + "\n".join(found)
