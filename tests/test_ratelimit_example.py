@@ -49,7 +49,10 @@ def run_example(redis_url: str) -> list[list[object]]:
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_endpoints_block_the_sixth_request(redis_url: str) -> None:
+def test_endpoints_block_the_sixth_request(
+        redis_server_factory: Callable[..., RedisServer]) -> None:
+    # A server of its own: the example project writes under its own prefixes, not the tests'.
+    redis_url = redis_server_factory().url
     outcomes = run_example(redis_url)
     assert outcomes[-1] == ["reset", 200, None, False]
     for algorithm in ("fixed_window", "sliding_window", "token_bucket"):
