@@ -13,7 +13,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.test import override_settings
-from redis.backoff import NoBackoff
+from redis.backoff import ConstantBackoff
 from redis.retry import Retry
 
 from django_redispatterns import connection
@@ -36,9 +36,10 @@ def settings_for(server: RedisServer) -> Any:
     return override_settings(
         CACHES={**settings.CACHES, "resend": {
             "BACKEND": "django_redis.cache.RedisCache", "LOCATION": url,
-            # django-redis's own client re-sends timed-out calls (up to 3 times)
+            # django-redis's own client, set to re-send timed-out calls: for up to ~8 s, so
+            # that it re-sends once the stopped server is back even on a loaded machine
             "OPTIONS": {"CONNECTION_POOL_KWARGS": {
-                "retry": Retry(NoBackoff(), 3), "retry_on_timeout": True,
+                "retry": Retry(ConstantBackoff(0.1), 20), "retry_on_timeout": True,
                 "retry_on_error": [redis.TimeoutError]}}}},  # redis-py 5 needs the list
         REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": KEY_PREFIX,
                         "SOCKET_TIMEOUT": 0.3, "SOCKET_CONNECT_TIMEOUT": 1},
