@@ -264,7 +264,9 @@ def test_200_concurrent_aincr_end_at_200_and_keep_ttl(redis_url: str,
         return await cache.aget("actr")
 
     assert asyncio.run(run()) == 180
-    assert 25 < cache.ttl("actr") <= 30
+    # The TTL of the aset is kept, not reset to the cache's 300 s (how long the 210 calls
+    # took is no part of the claim: seconds on a loaded machine).
+    assert 0 < cache.ttl("actr") <= 30
     with pytest.raises(ValueError):
         asyncio.run(cache.aincr("no-such-counter"))
     assert not ttl_less_keys(redis_client), "every cache key has a TTL"
