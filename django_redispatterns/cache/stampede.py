@@ -1,7 +1,9 @@
 """Single-flight ``get_or_set``, written once as a generator and driven sync or async.
 
-The generator decides; the drivers in :mod:`.backend` talk to Redis. It yields operations
-and receives their results:
+The generator decides; the drivers in :mod:`.flight` talk to Redis (through
+:mod:`.ops` / :mod:`.aops`). It reads and writes values through a :class:`~.codec.Codec`
+and reports through :class:`Reporter`, so it needs nothing of the backend. It yields
+operations and receives their results:
 
 * ``("read", key)`` → the raw bytes or ``None`` (one GET: the hit path);
 * ``("claim", keys, args)`` → the reply of ``lua/cache_claim.lua``;
@@ -15,18 +17,15 @@ The generator's return value is ``get_or_set``'s result.
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import time
 from collections.abc import Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import signals
 from . import envelope
-
-if TYPE_CHECKING:
-    from .backend import RedisCache
+from .codec import Codec
+from .options import Policy
 
 logger = logging.getLogger("django_redispatterns.cache")
 
@@ -39,15 +38,27 @@ WAKE_TTL_MS = 5000
 _TOKEN_BYTES = 12  # 16 URL-safe characters: every token has the same length
 
 
-@dataclass(frozen=True)
-class Policy:
-    """Stampede settings of one cache (from its OPTIONS)."""
+class Reporter:
+    """The cache signals of one backend (``cache`` is the backend instance the receivers
+    get; it is only passed on)."""
 
-    lease: float  # seconds a computing caller holds the lock
-    max_wait: float  # seconds a waiter waits in all before computing on its own
-    stale_ttl: float  # seconds a value is kept (and served) after it expires
-    beta: float  # XFetch β; 0 turns early recomputation off
-    block_cap: float  # longest single blocking wait (below the socket timeout)
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def stale_served(self, key: Any) -> None:
+        signals.stale_value_served.send(type(self.cache), key=key, cache=self.cache)
+
+    def takeover(self, key: Any) -> None:
+        logger.warning("cache key %r: computing caller's lease ended; taking over", key)
+        signals.stampede_lease_takeover.send(type(self.cache), key=key, cache=self.cache)
+
+    def waited(self, key: Any, since: float | None, *, got_value: bool) -> None:
+        """Send ``stampede_wait`` for a caller that waited since ``since`` (monotonic)."""
+        if since is None:
+            return
+        seconds = time.monotonic() - since
+        signals.stampede_wait.send(type(self.cache), key=key, cache=self.cache,
+                                   waited=got_value, seconds=seconds)
 
 
 def new_token() -> str:
@@ -58,7 +69,7 @@ UNREAD = object()
 
 
 def get_or_set_flow(
-    cache: RedisCache, key: Any, ttl: float | None, nkey: str, policy: Policy,
+    codec: Codec, report: Reporter, key: Any, ttl: float | None, nkey: str, policy: Policy,
     raw: Any = UNREAD, waited: float = 0.0,
 ) -> Flow:
     """Return the cached value of ``nkey`` or the callable's, computing it at most once
@@ -74,7 +85,7 @@ def get_or_set_flow(
     if raw is UNREAD:
         raw = yield ("read", nkey)
     if raw is not None:
-        found = cache._decode_raw(raw)
+        found = codec.decode(raw)
         if not isinstance(found, envelope.Entry):
             return found  # written by set(): a plain hit
         now = time.time()
@@ -82,7 +93,7 @@ def get_or_set_flow(
             return found.value
         stale = found
 
-    lock_key = cache._companion_key(nkey, "lock")
+    lock_key = codec.companion(nkey, "lock")
     token = new_token()
     lease_ms = max(1, int(policy.lease * 1000))
     waited_since: float | None = time.monotonic() - waited if waited else None
@@ -97,22 +108,21 @@ def get_or_set_flow(
         )
         status = int(reply[0])
         if status == 2:  # a value is there (filled while we looked, or refreshed by another)
-            found = cache._decode_raw(reply[1])
+            found = codec.decode(reply[1])
             if not isinstance(found, envelope.Entry) or not found.is_stale(time.time()):
-                report_wait(cache, key, waited_since, got_value=True)
+                report.waited(key, waited_since, got_value=True)
                 return found.value if isinstance(found, envelope.Entry) else found
             stale = found  # an expired value still inside STALE_TTL: refresh it
             continue
         if status == 1:
             if holder_seen is not None and not woken:
-                logger.warning("cache key %r: computing caller's lease ended; taking over", key)
-                signals.stampede_lease_takeover.send(type(cache), key=key, cache=cache)
+                report.takeover(key)
             break
         holder, pttl_ms = reply[1], int(reply[2])
         holder = holder.decode() if isinstance(holder, bytes) else str(holder)
         if stale is not None:  # another caller refreshes: serve what we have, at once
             if stale.is_stale(time.time()):  # (not for an early refresh of a fresh value)
-                signals.stale_value_served.send(type(cache), key=key, cache=cache)
+                report.stale_served(key)
             return stale.value
         if waited_since is None:
             waited_since = time.monotonic()
@@ -122,23 +132,22 @@ def get_or_set_flow(
                 "cache key %r: waited %.1fs for the computing caller; computing too",
                 key, policy.max_wait,
             )
-            report_wait(cache, key, waited_since, got_value=False)
-            return (yield from _compute_and_store(cache, nkey, lock_key, token, ttl, policy))
+            report.waited(key, waited_since, got_value=False)
+            return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy))
         # Block on the holder's wake-up list until it settles or its lease ends; no polling.
         seconds = min(max(pttl_ms, 0) / 1000 + 0.01, remaining, policy.block_cap)
-        wake_key = cache._companion_key(nkey, f"wake:{holder}")
+        wake_key = codec.companion(nkey, f"wake:{holder}")
         woken = bool((yield ("wait", wake_key, max(seconds, 0.01))))
         holder_seen = holder
 
-    if waited_since is not None:
-        report_wait(cache, key, waited_since, got_value=False)
-    return (yield from _compute_and_store(cache, nkey, lock_key, token, ttl, policy))
+    report.waited(key, waited_since, got_value=False)
+    return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy))
 
 
 def _compute_and_store(
-    cache: RedisCache, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy
+    codec: Codec, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy
 ) -> Flow:
-    keys = (nkey, lock_key, cache._companion_key(nkey, f"wake:{token}"))
+    keys = (nkey, lock_key, codec.companion(nkey, f"wake:{token}"))
     started = time.perf_counter()
     try:
         value = yield ("compute",)
@@ -148,23 +157,7 @@ def _compute_and_store(
         yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS))
         raise
     delta = time.perf_counter() - started
-    payload = envelope.pack(cache._encode_bytes(value), ttl, delta)
+    payload = envelope.pack(codec.encode(value), ttl, delta)
     hard_ms = 0 if ttl is None else max(1, int((ttl + policy.stale_ttl) * 1000))
     yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS))
     return value
-
-
-def report_wait(cache: RedisCache, key: Any, since: float | None, *, got_value: bool) -> None:
-    """Send ``stampede_wait`` for a caller that waited since ``since`` (monotonic)."""
-    if since is None:
-        return
-    seconds = time.monotonic() - since
-    signals.stampede_wait.send(type(cache), key=key, cache=cache, waited=got_value,
-                               seconds=seconds)
-
-
-def block_cap(socket_timeout: float | None) -> float:
-    """Longest single BLMOVE: it must end before the client's socket timeout fires."""
-    if not socket_timeout or math.isinf(socket_timeout):
-        return 5.0
-    return max(0.05, float(socket_timeout) - 0.25)
