@@ -108,10 +108,8 @@ class AsyncClients:
 
 
 async def run(aclient: Any, op: tuple[Any, ...]) -> Any:
-    """One operation the single-flight flow yielded (not ``compute``), on ``aclient``."""
+    """One Redis operation the single-flight flow yielded, on ``aclient``."""
     kind = op[0]
-    if kind == "read":
-        return await aclient.get(op[1])
     if kind == "wait":
         return await aclient.blmove(op[1], op[1], op[2], "RIGHT", "LEFT") is not None
     keys, args = op[1], op[2]

@@ -71,8 +71,8 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
         self._aclients = AsyncClients(self, opts, self._client_cls)
         self._counters = Counters(
             self._codec, lambda: self._ttl.counter_ttl_ms(self.default_timeout))
-        self._flight = SingleFlight(self._codec, own.policy, stampede.Reporter(self),
-                                    self._degraded, repr(server))
+        self._flight = SingleFlight(self._codec, self._ops, own.policy,
+                                    stampede.Reporter(self), self._degraded, repr(server))
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so
@@ -189,7 +189,7 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
             # No key can share this key's Cluster slot, so no script can lock it: keep
             # Django's algorithm (get, compute, add) for it rather than fail with CROSSSLOT.
             return super().get_or_set(key, default, timeout, version)
-        return self._flight.miss(self._ops, key, nkey, ttl, default, raw)
+        return self._flight.miss(key, nkey, ttl, default, raw)
 
     def _companion_key(self, nkey: str, kind: str) -> str:
         """The name of cache key ``nkey``'s lock (``kind="lock"``) or wake-up list."""

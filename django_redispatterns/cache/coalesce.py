@@ -3,8 +3,11 @@ attempt.
 
 One leader talks to Redis (claims, or waits on one connection); the others wait on a
 local event (threads) or future (coroutines of one event loop) and get a private copy of
-its value. A leader's exception is its own: the followers then elect a new leader. Every
-follower waits at most ``max_wait`` seconds in all, then runs the attempt itself.
+its value. The callable's exception is the leader's own: the followers then elect a new
+leader. A Redis failure is everyone's: an attempt raises :class:`SharedFailure`, and the
+leader and every follower raise that error at once (a follower a copy of it), instead of
+trying again one after the other. Every follower waits at most ``max_wait`` seconds in
+all, then runs the attempt itself.
 """
 
 from __future__ import annotations
@@ -14,23 +17,69 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .stampede import Reporter
 
 FlightKey = tuple[str, str]  # (the server, the Redis key)
-_FAILED = object()
+T = TypeVar("T")
+_FAILED = object()  # the leader's callable raised: elect a new leader
+
+
+class SharedFailure(Exception):
+    """Raised by an attempt when Redis failed (not the callable): ``error`` is what every
+    caller sharing the attempt raises."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class _Shared:
+    """The outcome of an attempt that failed on Redis (a follower raises a copy)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def again(error: BaseException) -> BaseException:
+    """A follower's own copy of the leader's Redis error (exceptions carry tracebacks:
+    one object must not be raised in several threads)."""
+    try:
+        copy = type(error)(*error.args)
+    except Exception:
+        copy = RuntimeError(str(error))
+    copy.__cause__ = error
+    return copy
+
+
+def alone(run: Callable[[float], T]) -> T:
+    """Run an attempt nobody else waits for: a shared failure is just its error."""
+    try:
+        return run(0.0)
+    except SharedFailure as failure:
+        raise failure.error from None
+
+
+async def aalone(run: Callable[[float], Awaitable[T]]) -> T:
+    try:
+        return await run(0.0)
+    except SharedFailure as failure:
+        raise failure.error from None
 
 
 class _Flight:
     """One in-process get_or_set attempt that other threads missing the key wait for."""
 
-    __slots__ = ("done", "ok", "value")
+    __slots__ = ("done", "failure", "ok", "value")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.ok = False
         self.value: Any = None
+        self.failure: BaseException | None = None  # a Redis error every caller raises
 
 
 _flights: dict[FlightKey, _Flight] = {}
@@ -63,6 +112,9 @@ class Coalescer:
                     flight.value = run(waited)
                     flight.ok = True
                     return flight.value
+                except SharedFailure as failure:
+                    flight.failure = failure.error
+                    raise failure.error from None
                 finally:
                     with _flights_lock:
                         if _flights.get(flight_key) is flight:
@@ -70,10 +122,13 @@ class Coalescer:
                     flight.done.set()
             remaining = self.max_wait - (time.monotonic() - started)
             if remaining <= 0:
-                return run(self.max_wait)  # computes on its own if still held
-            if flight.done.wait(remaining) and flight.ok:
-                self._report.waited(key, started, got_value=True)
-                return self._copy(flight.value)
+                return alone(lambda _: run(self.max_wait))  # computes on its own if held
+            if flight.done.wait(remaining):
+                if flight.ok:
+                    self._report.waited(key, started, got_value=True)
+                    return self._copy(flight.value)
+                if flight.failure is not None:
+                    raise again(flight.failure)
             waited = time.monotonic() - started
 
     async def arun(self, key: Any, flight_key: FlightKey,
@@ -89,6 +144,9 @@ class Coalescer:
                 flight = flights[flight_key] = loop.create_future()
                 try:
                     value = await run(waited)
+                except SharedFailure as failure:
+                    flight.set_result(_Shared(failure.error))
+                    raise failure.error from None
                 except BaseException:
                     flight.set_result(_FAILED)
                     raise
@@ -100,11 +158,13 @@ class Coalescer:
                         del flights[flight_key]
             remaining = self.max_wait - (time.monotonic() - started)
             if remaining <= 0:
-                return await run(self.max_wait)
+                return await aalone(lambda _: run(self.max_wait))
             try:
                 value = await asyncio.wait_for(asyncio.shield(flight), remaining)
             except asyncio.TimeoutError:
                 value = _FAILED
+            if isinstance(value, _Shared):
+                raise again(value.error)
             if value is not _FAILED:
                 self._report.waited(key, started, got_value=True)
                 return self._copy(value)

@@ -37,6 +37,11 @@ class Entry:
     def is_stale(self, now: float) -> bool:
         return now >= self.soft_expiry
 
+    def servable(self, now: float, stale_ttl: float) -> bool:
+        """May ``get_or_set`` serve it while another caller refreshes it: fresh, or
+        expired less than ``stale_ttl`` seconds ago."""
+        return now < self.soft_expiry + stale_ttl
+
     def refresh_early(self, now: float, beta: float) -> bool:
         """XFetch (Vattani et al., VLDB 2015): ``now - δ·β·ln(U) >= expiry``, U ~ (0, 1].
 

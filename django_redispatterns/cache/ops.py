@@ -47,10 +47,8 @@ class RedisOps:
         return [self._owner.client.get_client(write=True)]
 
     def run(self, op: tuple[Any, ...]) -> Any:
-        """One operation the single-flight flow yielded (not ``compute``)."""
+        """One Redis operation the single-flight flow yielded (claim, wait, renew, settle)."""
         kind = op[0]
-        if kind == "read":
-            return self.reader(op[1]).get(op[1])
         if kind == "wait":
             conn = self.primary(op[1])
             return conn.blmove(op[1], op[1], op[2], "RIGHT", "LEFT") is not None

@@ -17,11 +17,16 @@ from ..exceptions import ConfigurationError
 class Policy:
     """Stampede settings of one cache."""
 
-    lease: float  # seconds a computing caller holds the lock
+    lease: float  # the longest a computing caller holds its claim (STAMPEDE_LEASE)
     max_wait: float  # seconds a waiter waits in all before computing on its own
     stale_ttl: float  # seconds a value is kept (and served) after it expires
     beta: float  # XFetch β; 0 turns early recomputation off
     block_cap: float  # longest single blocking wait (below the socket timeout)
+    claim_lease: float  # a claim's lease, extended every third of it while computing
+
+    @property
+    def renew_every(self) -> float:
+        return self.claim_lease / 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ def read(options: dict[str, Any]) -> CacheOptions:
             stale_ttl=float(_option(options, "STALE_TTL", 0, number, minimum=0)),
             beta=float(_option(options, "XFETCH_BETA", 1.0, number, minimum=0)),
             block_cap=block_cap(options.get("SOCKET_TIMEOUT")),
+            claim_lease=claim_lease(options.get("SOCKET_TIMEOUT"), float(lease)),
         ),
     )
 
@@ -54,6 +60,15 @@ def block_cap(socket_timeout: float | None) -> float:
     if not socket_timeout or math.isinf(socket_timeout):
         return 5.0
     return max(0.05, float(socket_timeout) - 0.25)
+
+
+def claim_lease(socket_timeout: float | None, lease: float) -> float:
+    """A fresh claim's lease: 3 socket timeouts (3 s without one), at least 1 s, at most
+    STAMPEDE_LEASE. It bounds how long a claim nobody works on (its caller timed out,
+    crashed, or the server restarted with it) blocks other callers; the computing caller
+    extends it every third of it, so a renewal that times out once is not yet fatal."""
+    timeouts = 3.0 if not socket_timeout or math.isinf(socket_timeout) else 3 * socket_timeout
+    return min(lease, max(1.0, float(timeouts)))
 
 
 def _option(options: dict[str, Any], name: str, default: Any, kind: tuple[type, ...],

@@ -1,17 +1,26 @@
 """Single-flight ``get_or_set``, written once as a generator and driven sync or async.
 
-The generator decides; the drivers in :mod:`.flight` talk to Redis (through
-:mod:`.ops` / :mod:`.aops`). It reads and writes values through a :class:`~.codec.Codec`
-and reports through :class:`Reporter`, so it needs nothing of the backend. It yields
-operations and receives their results:
+The generator decides; the driver in :mod:`.flight` talks to Redis (through :mod:`.ops` /
+:mod:`.aops`). It reads and writes values through a :class:`~.codec.Codec` and reports
+through :class:`Reporter`, so it needs nothing of the backend. It yields operations and
+receives their results:
 
-* ``("read", key)`` → the raw bytes or ``None`` (one GET: the hit path);
 * ``("claim", keys, args)`` → the reply of ``lua/cache_claim.lua``;
 * ``("wait", wake_key, seconds)`` → ``True`` when the computing caller woke us;
-* ``("compute",)`` → the callable's value (its exception is thrown into the generator);
+* ``("compute", renew)`` → the callable's value (its exception is thrown into the
+  generator); ``renew`` is the ``("renew", keys, args)`` operation
+  (``lua/cache_renew.lua``) that keeps our claim alive while the callable runs, or
+  ``None`` when we compute without holding the claim;
 * ``("settle", keys, args)`` → ``lua/cache_settle.lua`` (store and/or release, wake waiters).
 
 The generator's return value is ``get_or_set``'s result.
+
+Time. A claim is short (``Policy.claim_lease``, a few socket timeouts) and carries the
+server's clock: the computing caller extends it while it computes (never past
+``STAMPEDE_LEASE`` from the claim), so a claim whose caller gave up, crashed, or came back
+with a restarted server blocks others for one short lease at most. The store counts the
+value's lifetime from when it was computed, on the server's clock, so a store that waited
+in a hung server's socket gets only what is left of it.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import logging
 import secrets
 import time
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from .. import signals
@@ -61,66 +71,76 @@ class Reporter:
                                    waited=got_value, seconds=seconds)
 
 
+@dataclass(frozen=True)
+class ClaimTime:
+    """When a claim ran: the server's clock (ms) and this process's monotonic clock."""
+
+    server_ms: int
+    local: float
+
+    def elapsed_ms(self) -> int:
+        """Milliseconds since the claim's reply arrived here."""
+        return max(0, int((time.monotonic() - self.local) * 1000))
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(_TOKEN_BYTES)
 
 
-UNREAD = object()
-
-
 def get_or_set_flow(
     codec: Codec, report: Reporter, key: Any, ttl: float | None, nkey: str, policy: Policy,
-    raw: Any = UNREAD, waited: float = 0.0,
+    raw: bytes | None, waited: float = 0.0,
 ) -> Flow:
     """Return the cached value of ``nkey`` or the callable's, computing it at most once
     per expiry across every thread and process (see docs/cache.md for the guarantees).
 
-    ``raw`` is what the caller's own GET returned, if it already read the key; ``waited``
-    the seconds it already spent waiting for another caller (counts against STAMPEDE_WAIT).
+    ``raw`` is what the caller's own GET returned (``None``: a miss; else an entry that is
+    stale or that XFetch picked for an early refresh); ``waited`` the seconds it already
+    spent waiting for another caller (counts against STAMPEDE_WAIT). ``ttl`` > 0 or None.
     """
-    if ttl is not None and ttl <= 0:  # Django: a timeout <= 0 stores nothing
-        return (yield ("compute",))
-
     stale: envelope.Entry | None = None
-    if raw is UNREAD:
-        raw = yield ("read", nkey)
     if raw is not None:
         found = codec.decode(raw)
         if not isinstance(found, envelope.Entry):
             return found  # written by set(): a plain hit
         now = time.time()
+        # The second XFetch draw for this read (the hit path made the first): an early
+        # refresh happens with probability exp(-2(expiry - now) / (δβ)); docs/cache.md.
         if not found.is_stale(now) and not found.refresh_early(now, policy.beta):
             return found.value
         stale = found
 
     lock_key = codec.companion(nkey, "lock")
     token = new_token()
-    lease_ms = max(1, int(policy.lease * 1000))
+    claim_ms = max(1, int(policy.claim_lease * 1000))
     waited_since: float | None = time.monotonic() - waited if waited else None
     holder_seen: str | None = None
     woken = False
     while True:
-        header = stale.header if stale is not None else b""
+        # An entry we may serve while another caller refreshes it: fresh (an early
+        # refresh) or expired less than STALE_TTL ago. Otherwise we wait like a miss.
+        servable = stale is not None and stale.servable(time.time(), policy.stale_ttl)
         reply = yield (
             "claim",
             (nkey, lock_key),
-            (token, lease_ms, header, "0" if stale is not None else "1"),
+            (token, claim_ms, stale.header if stale is not None else b"",
+             "0" if servable else "1"),
         )
-        status = int(reply[0])
+        status, claimed = int(reply[0]), ClaimTime(int(reply[1]), time.monotonic())
         if status == 2:  # a value is there (filled while we looked, or refreshed by another)
-            found = codec.decode(reply[1])
+            found = codec.decode(reply[2])
             if not isinstance(found, envelope.Entry) or not found.is_stale(time.time()):
                 report.waited(key, waited_since, got_value=True)
                 return found.value if isinstance(found, envelope.Entry) else found
-            stale = found  # an expired value still inside STALE_TTL: refresh it
+            stale = found  # an expired value (kept for STALE_TTL): refresh it
             continue
         if status == 1:
             if holder_seen is not None and not woken:
                 report.takeover(key)
             break
-        holder, pttl_ms = reply[1], int(reply[2])
+        holder, pttl_ms = reply[2], int(reply[3])
         holder = holder.decode() if isinstance(holder, bytes) else str(holder)
-        if stale is not None:  # another caller refreshes: serve what we have, at once
+        if servable and stale is not None:  # another caller refreshes: serve ours, at once
             if stale.is_stale(time.time()):  # (not for an early refresh of a fresh value)
                 report.stale_served(key)
             return stale.value
@@ -133,31 +153,40 @@ def get_or_set_flow(
                 key, policy.max_wait,
             )
             report.waited(key, waited_since, got_value=False)
-            return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy))
-        # Block on the holder's wake-up list until it settles or its lease ends; no polling.
+            return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy,
+                                                  claimed, holding=False))
+        # Block on the holder's wake-up list until it settles or its claim ends; no polling.
         seconds = min(max(pttl_ms, 0) / 1000 + 0.01, remaining, policy.block_cap)
         wake_key = codec.companion(nkey, f"wake:{holder}")
         woken = bool((yield ("wait", wake_key, max(seconds, 0.01))))
         holder_seen = holder
 
     report.waited(key, waited_since, got_value=False)
-    return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy))
+    return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy, claimed,
+                                          holding=True))
 
 
 def _compute_and_store(
-    codec: Codec, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy
+    codec: Codec, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy,
+    claimed: ClaimTime, *, holding: bool,
 ) -> Flow:
     keys = (nkey, lock_key, codec.companion(nkey, f"wake:{token}"))
+    renew = None
+    if holding:
+        renew = ("renew", (nkey, lock_key),
+                 (token, max(1, int(policy.claim_lease * 1000)), claimed.server_ms,
+                  max(1, int(policy.lease * 1000))))
     started = time.perf_counter()
     try:
-        value = yield ("compute",)
+        value = yield ("compute", renew)
     except BaseException:
-        # Release at once (not at the end of the lease) and wake the waiters: one of them
+        # Release at once (not at the end of the claim) and wake the waiters: one of them
         # computes next. The exception goes to this caller only.
-        yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS))
+        yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS, 0, 0))
         raise
     delta = time.perf_counter() - started
     payload = envelope.pack(codec.encode(value), ttl, delta)
     hard_ms = 0 if ttl is None else max(1, int((ttl + policy.stale_ttl) * 1000))
-    yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS))
+    yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS, claimed.server_ms,
+                            claimed.elapsed_ms()))
     return value
