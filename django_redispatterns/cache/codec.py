@@ -98,11 +98,11 @@ class Codec:
         XFetch picked this caller to recompute early)."""
         if raw[:MAGIC_LEN] != envelope.MAGIC:
             return self.plain(raw)
-        found = self.decode(raw)
+        soft_expiry, delta = envelope.times(raw)
         now = time.time()
-        if found.is_stale(now) or found.refresh_early(now, beta):
+        if now >= soft_expiry or envelope.refresh_early(now, soft_expiry, delta, beta):
             return MISSING
-        return found.value
+        return self._plain_decode(self._owner.client, raw[envelope.HEADER_LEN:])
 
     def encode(self, value: Any) -> bytes:
         """``value`` serialized (and compressed) as django-redis would, always bytes, even
