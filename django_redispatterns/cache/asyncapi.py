@@ -89,13 +89,7 @@ class AsyncMethods:
         async def call(ac: Any) -> Any:
             if not nkeys:
                 return {}
-            raws = await ac.mget(list(nkeys))
-            found = {}
-            for nkey, raw in zip(nkeys, raws, strict=True):
-                value = MISSING if raw is None else self._codec.visible(raw, MISSING)
-                if value is not MISSING:
-                    found[nkeys[nkey]] = value
-            return found
+            return self._codec.found(nkeys, await ac.mget(list(nkeys)))
 
         return await self._acall("get_many", {}, call, lambda: self.get_many(keys, version))
 

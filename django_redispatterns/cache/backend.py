@@ -102,12 +102,8 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
         ttl = self._resolve_ttl(timeout)
         if not self._ttl.jitter or self._shard:
             return super().set_many(data, ttl, version=version, client=client)
-        # Each key its own jitter, still one round trip.
-        pipe = self.client.get_client(write=True).pipeline()
-        for key, value in data.items():
-            self.client.set(key, value, self._resolve_ttl(timeout), version=version, client=pipe)
-        try:
-            pipe.execute()
+        try:  # each key its own jitter, still one round trip
+            self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
         except REDIS_ERRORS as exc:
             return self._degraded("set_many", exc, [])
         return []
@@ -152,13 +148,7 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
             raws = conn.mget(list(nkeys))
         except REDIS_ERRORS as exc:
             return self._degraded("get_many", exc, {})
-        found = {}
-        for nkey, raw in zip(nkeys, raws, strict=True):
-            if raw is not None:
-                value = self._codec.visible(raw, MISSING)
-                if value is not MISSING:
-                    found[nkeys[nkey]] = value
-        return found
+        return self._codec.found(nkeys, raws)
 
     # --- single flight ----------------------------------------------------------------
 

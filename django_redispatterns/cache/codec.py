@@ -93,6 +93,16 @@ class Codec:
             return default if found.is_stale(time.time()) else found.value
         return found
 
+    def found(self, nkeys: dict[Any, Any], raws: list[Any]) -> dict[Any, Any]:
+        """``get_many``'s answer: ``{key: value}`` for each Redis key of ``nkeys`` (Redis key
+        -> the caller's key) whose raw value in ``raws`` (MGET's order) is visible."""
+        values = {}
+        for nkey, raw in zip(nkeys, raws, strict=True):
+            value = MISSING if raw is None else self.visible(raw, MISSING)
+            if value is not MISSING:
+                values[nkeys[nkey]] = value
+        return values
+
     def fresh(self, raw: bytes, beta: float) -> Any:
         """The value of a hit that needs no refresh, else :data:`MISSING` (stale, or
         XFetch picked this caller to recompute early)."""

@@ -3,12 +3,13 @@
 Everything else (``set``, ``add``, ``delete``, ``ttl``...) goes through django-redis's own
 client class untouched. :class:`RedisOps` picks the server for a key (the primary, a
 replica for reads, the shard of a sharded client) and runs the single-flight flow's
-operations (:mod:`.stampede`) and the keyspace walk of ``clear()``.
+operations (:mod:`.stampede`), the jittered ``set_many`` pipeline and the keyspace walk
+of ``clear()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from ..connection import is_cluster
@@ -45,6 +46,15 @@ class RedisOps:
         if self.shard:
             return list(self._owner.client._serverdict.values())
         return [self._owner.client.get_client(write=True)]
+
+    def set_each(self, data: dict[Any, Any], ttl: Callable[[], float | None],
+                 version: int | None) -> None:
+        """``set_many`` with a timeout of its own for each key (``ttl()``), one pipeline."""
+        client = self._owner.client
+        pipe = client.get_client(write=True).pipeline()
+        for key, value in data.items():
+            client.set(key, value, ttl(), version=version, client=pipe)
+        pipe.execute()
 
     def run(self, op: tuple[Any, ...]) -> Any:
         """One Redis operation the single-flight flow yielded (claim, wait, renew, settle)."""
