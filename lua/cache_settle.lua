@@ -6,12 +6,12 @@
 --         computed ('0': none); ARGV[5] wake list TTL in ms; ARGV[6] the server's clock
 --         (ms) in the claim's reply before the computation; ARGV[7] ms the caller spent
 --         from that reply to sending this call.
--- The value was computed by ARGV[6] + ARGV[7] on the server's clock. A store that arrives
--- later than that (it waited in a hung server's socket) gets only what is left of the
--- lifetime, or is not stored at all: a value never lives past its timeout (plus
--- STALE_TTL) counted from its computation.
 -- Returns 1 if the lock was still ours (and is now released), else 0. The value is stored
--- either way: it is fresh, and a newer holder's write would only replace it.
+-- either way (it is fresh; a newer holder's write would only replace it), for what is
+-- left of its lifetime: it was computed by ARGV[6] + ARGV[7] on the server's clock, so
+-- a store that arrives later (it waited in a hung server's socket) is shortened, or not
+-- stored once the lifetime is over. A value never lives past its timeout (plus
+-- STALE_TTL) counted from its computation.
 -- Safe to run twice (a client retry): SET and an owner-checked DEL are idempotent.
 if ARGV[2] == '1' then
   if ARGV[4] == '0' then

@@ -90,7 +90,7 @@ _async_flights: weakref.WeakKeyDictionary[
 
 
 class Coalescer:
-    """Shares one attempt among this process's callers; ``run(waited)`` is the attempt
+    """Shares one attempt among this process's callers; ``attempt(waited)`` runs it
     (``waited``: seconds this caller already spent waiting for a failed leader)."""
 
     def __init__(self, max_wait: float, report: Reporter, copy: Callable[[Any], Any]) -> None:
@@ -98,7 +98,7 @@ class Coalescer:
         self._report = report
         self._copy = copy
 
-    def run(self, key: Any, flight_key: FlightKey, run: Callable[[float], Any]) -> Any:
+    def run(self, key: Any, flight_key: FlightKey, attempt: Callable[[float], Any]) -> Any:
         started = time.monotonic()
         waited = 0.0  # > 0 once we waited for a leader that failed: counts against the wait
         while True:
@@ -109,7 +109,7 @@ class Coalescer:
                     flight = _flights[flight_key] = _Flight()
             if leader:
                 try:
-                    flight.value = run(waited)
+                    flight.value = attempt(waited)
                     flight.ok = True
                     return flight.value
                 except SharedFailure as failure:
@@ -122,7 +122,7 @@ class Coalescer:
                     flight.done.set()
             remaining = self.max_wait - (time.monotonic() - started)
             if remaining <= 0:
-                return alone(lambda _: run(self.max_wait))  # computes on its own if held
+                return alone(lambda _: attempt(self.max_wait))  # computes on its own if held
             if flight.done.wait(remaining):
                 if flight.ok:
                     self._report.waited(key, started, got_value=True)
@@ -132,7 +132,7 @@ class Coalescer:
             waited = time.monotonic() - started
 
     async def arun(self, key: Any, flight_key: FlightKey,
-                   run: Callable[[float], Awaitable[Any]]) -> Any:
+                   attempt: Callable[[float], Awaitable[Any]]) -> Any:
         """:meth:`run` for coroutines of one event loop."""
         loop = asyncio.get_running_loop()
         flights = _async_flights.setdefault(loop, {})
@@ -143,7 +143,7 @@ class Coalescer:
             if flight is None:
                 flight = flights[flight_key] = loop.create_future()
                 try:
-                    value = await run(waited)
+                    value = await attempt(waited)
                 except SharedFailure as failure:
                     flight.set_result(_Shared(failure.error))
                     raise failure.error from None
@@ -158,7 +158,7 @@ class Coalescer:
                         del flights[flight_key]
             remaining = self.max_wait - (time.monotonic() - started)
             if remaining <= 0:
-                return await aalone(lambda _: run(self.max_wait))
+                return await aalone(lambda _: attempt(self.max_wait))
             try:
                 value = await asyncio.wait_for(asyncio.shield(flight), remaining)
             except asyncio.TimeoutError:
