@@ -183,11 +183,9 @@ def get_config() -> Config:
     return build_config(getattr(settings, SETTING_NAME, {}))
 
 
-@receiver(setting_changed)
+@receiver(setting_changed, dispatch_uid="django_redispatterns.conf.reset_config")
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
-    if setting in (SETTING_NAME, "CACHES", "SECRET_KEY"):
+    # Each layer above resets what it derived from settings with its own receiver
+    # (clients in ``connection``, the key secret in ``keys``).
+    if setting == SETTING_NAME:
         get_config.cache_clear()
-        from . import connection, keys
-
-        connection.reset_clients()
-        keys.reset_secret()
