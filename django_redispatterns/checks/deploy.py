@@ -39,7 +39,8 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
     messages: list[CheckMessage] = []
     version = facts.version_tuple
     if version is not None and version < MIN_VERSION:
-        messages.append(E011(obj=obj, server=server, used_by=used_by, version=facts.version))
+        messages.append(E011(obj=obj, server=server, used_by=used_by, version=facts.version,
+                             product=facts.product))
     if facts.cluster and any(report.dbs):
         db = max(report.dbs)
         messages.append(E010(obj=obj, what=f"The connection to {server} ({used_by})", db=db))

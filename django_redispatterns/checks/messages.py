@@ -134,8 +134,8 @@ E010 = Message(
 )
 E011 = Message(
     Error, "E011",
-    "Redis at {server} ({used_by}) is version {version}; django-redispatterns needs >= "
-    f"{'.'.join(map(str, MIN_VERSION))}.",
+    "{product} at {server} ({used_by}) is version {version}; django-redispatterns needs "
+    f"Redis >= {'.'.join(map(str, MIN_VERSION))} (or any Valkey).",
     "Upgrade Redis (or use Valkey); 6.2 is the oldest version the app supports and is "
     "tested on.",
 )

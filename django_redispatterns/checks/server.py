@@ -1,4 +1,10 @@
-"""Reading one Redis server: version, role and eviction settings (never writes)."""
+"""Reading one Redis server: product and version, role, eviction and persistence settings
+(never writes).
+
+Valkey reports itself with ``server_name:valkey`` and ``valkey_version``, and a frozen
+``redis_version`` (7.2.4, the Redis release it is compatible with): it is named and
+versioned as Valkey, while feature checks compare the Redis-compatible version.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,9 @@ class ServerFacts:
     endpoint: str
     error: str | None = None
     run_id: str | None = None
-    version: str | None = None
+    product: str = "Redis"  # "Redis" or "Valkey", as the server names itself
+    version: str | None = None  # the product's own version (Valkey 8.1.8, Redis 7.0.15)
+    redis_version: str | None = None  # the Redis version it is compatible with
     role: str | None = None
     cluster: bool = False
     maxmemory: int | None = None
@@ -24,17 +32,13 @@ class ServerFacts:
 
     @property
     def version_tuple(self) -> tuple[int, ...] | None:
-        if not self.version:
-            return None
-        try:
-            return tuple(int(p) for p in self.version.split(".")[:3])
-        except ValueError:
-            return None
+        """The Redis-compatible version as numbers (what feature support depends on)."""
+        return _numbers(self.redis_version or self.version)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
-            "endpoint", "error", "version", "role", "cluster", "maxmemory", "policy",
-            "used_memory", "source")}
+            "endpoint", "error", "product", "version", "redis_version", "role", "cluster",
+            "maxmemory", "policy", "used_memory", "source")}
 
 
 def read_facts(client: Any, endpoint: str) -> ServerFacts:
@@ -52,7 +56,10 @@ def read_facts(client: Any, endpoint: str) -> ServerFacts:
     except redis.ResponseError:  # INFO denied by ACL: everything below is unknown
         info = {}
     facts.run_id = _text(info.get("run_id"))
-    facts.version = _text(info.get("redis_version"))
+    facts.redis_version = _text(info.get("redis_version"))
+    name = _text(info.get("server_name")) or "redis"
+    facts.product = "Valkey" if name.lower() == "valkey" else name.capitalize()
+    facts.version = _text(info.get(f"{name.lower()}_version")) or facts.redis_version
     facts.role = _text(info.get("role"))
     facts.cluster = str(info.get("cluster_enabled", "0")) == "1"
     facts.used_memory = _int(info.get("used_memory"))
@@ -73,6 +80,15 @@ def read_facts(client: Any, endpoint: str) -> ServerFacts:
         maxmemory = _int(info.get("maxmemory"))
         facts.maxmemory = maxmemory if maxmemory else None
     return facts
+
+
+def _numbers(version: str | None) -> tuple[int, ...] | None:
+    if not version:
+        return None
+    try:
+        return tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        return None
 
 
 def _text(value: Any) -> str | None:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...conf import get_config
-from ...exceptions import BackendUnavailable, ConfigurationError
+from ...exceptions import ConfigurationError
 from ...ratelimit.identity import identity_for
 from ...ratelimit.limiter import RateLimiter
 from ...ratelimit.rates import DEFAULT_ALGORITHM, validate_rules
+from ..base import RedisCommand
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = "Inspect or reset the rate-limit state of one client (IP, user, header value)."
+    feature = "RATELIMIT"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["inspect", "reset"])
@@ -41,15 +43,12 @@ class Command(BaseCommand):
             identity = identity_for(key, options["identity"])
         except (ConfigurationError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
-        try:
-            if options["action"] == "reset":
-                existed = limiter.reset(identity)
-                self.stdout.write(f"reset {limiter.key(identity)}: "
-                                  f"{'cleared' if existed else 'nothing stored'}")
-                return
-            decision = limiter.peek(identity)
-        except BackendUnavailable as exc:
-            raise CommandError(f"Redis unavailable: {exc}") from exc
+        if options["action"] == "reset":
+            existed = limiter.reset(identity)
+            self.stdout.write(f"reset {limiter.key(identity)}: "
+                              f"{'cleared' if existed else 'nothing stored'}")
+            return
+        decision = limiter.peek(identity)
         self.stdout.write(f"key        {limiter.key(identity)}")
         self.stdout.write(f"limit      {decision.limit} per {limiter.rate.period}s "
                           f"({limiter.algorithm.name})")
