@@ -29,6 +29,8 @@ class ServerFacts:
     policy: str | None = None
     used_memory: int | None = None
     source: str | None = None  # "CONFIG" or "INFO": where maxmemory/policy came from
+    aof: bool | None = None  # appendonly yes (from CONFIG, else INFO's aof_enabled)
+    rdb: bool | None = None  # RDB snapshot rules (save) set: only CONFIG tells
 
     @property
     def version_tuple(self) -> tuple[int, ...] | None:
@@ -38,7 +40,7 @@ class ServerFacts:
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "endpoint", "error", "product", "version", "redis_version", "role", "cluster",
-            "maxmemory", "policy", "used_memory", "source")}
+            "maxmemory", "policy", "used_memory", "source", "aof", "rdb")}
 
 
 def read_facts(client: Any, endpoint: str) -> ServerFacts:
@@ -79,7 +81,25 @@ def read_facts(client: Any, endpoint: str) -> ServerFacts:
         # maxmemory 0 in INFO; treat that as unknown rather than "no limit".
         maxmemory = _int(info.get("maxmemory"))
         facts.maxmemory = maxmemory if maxmemory else None
+    _read_persistence(client, facts, info)
     return facts
+
+
+def _read_persistence(client: Any, facts: ServerFacts, info: Mapping[str, Any]) -> None:
+    import redis
+
+    settings: dict[str, Any] = {}
+    for name in ("appendonly", "save"):
+        try:
+            settings.update({str(_text(k)): v for k, v in (client.config_get(name) or {}).items()})
+        except redis.ResponseError:  # CONFIG disabled, renamed or denied
+            break
+    if "appendonly" in settings:
+        facts.aof = _text(settings["appendonly"]) == "yes"
+    elif "aof_enabled" in info:
+        facts.aof = str(info["aof_enabled"]) == "1"
+    if "save" in settings:
+        facts.rdb = bool(_text(settings["save"]))
 
 
 def _numbers(version: str | None) -> tuple[int, ...] | None:
