@@ -53,6 +53,8 @@ SCHEMA: dict[str, Any] = {
         "IPV6_PREFIX": ((int,), 64),
         # Dotted path of a view answering blocked requests (default: built-in 429).
         "VIEW": (_optional_str, None),
+        # Also send the older RateLimit-Limit/-Remaining/-Reset trio (docs/ratelimit.md).
+        "LEGACY_HEADERS": ((bool,), True),
     },
     "IDEMPOTENCY": {
         "CONNECTION": (_optional_str, None),
