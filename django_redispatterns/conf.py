@@ -187,7 +187,9 @@ def get_config() -> Config:
 
 @receiver(setting_changed, dispatch_uid="django_redispatterns.conf.reset_config")
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
-    # Each layer above resets what it derived from settings with its own receiver
-    # (clients in ``connection``, the key secret in ``keys``).
-    if setting == SETTING_NAME:
+    # A new Config object also for the settings that what is derived from it depends on
+    # (key names hash with SECRET_KEY; connections name CACHES aliases), so a cache may
+    # key on the Config object. Each layer above resets its own state with its own
+    # receiver (clients in ``connection``, the key secret in ``keys``).
+    if setting in (SETTING_NAME, "CACHES", "SECRET_KEY"):
         get_config.cache_clear()

@@ -8,7 +8,7 @@ The sentinels themselves switch about 1 s after the promotion (the leader notice
 its next once-a-second ``INFO``).
 
 The clients built here close that window, with a :class:`~.watch.Watch` per service and
-process that sees the promotion itself (typically within 20 ms):
+process that sees the promotion itself (within about 0.1 s):
 
 * :class:`FollowingSentinel` answers ``discover_master`` with the promoted primary the
   watch pinned, and otherwise ignores a sentinel whose configuration epoch is older than
