@@ -52,9 +52,9 @@ def with_middleware(*rules: dict[str, Any], **extra: Any) -> Any:
     )
 
 
-# Structured-field shapes of the IETF draft-12 headers.
+# Structured-field shapes of the IETF draft headers.
 POLICY_ITEM = r'"[^"]+";q=\d+(;qu="requests")?;w=\d+'
-STATE_ITEM = r'"[^"]+";a=\d+;w=\d+;pk=:[A-Za-z0-9+/]+={0,2}:(;c=\d+)?'
+STATE_ITEM = r'"[^"]+";r=\d+;t=\d+;pk=:[A-Za-z0-9+/]+={0,2}:'
 POLICY_RE = re.compile(rf"^{POLICY_ITEM}(, {POLICY_ITEM})*$")
 STATE_RE = re.compile(rf"^{STATE_ITEM}(, {STATE_ITEM})*$")
 
@@ -82,7 +82,7 @@ def test_decorator_blocks_with_429_retry_after_and_headers(client: Client) -> No
     assert_headers(blocked, 2, 0)
     retry = int(blocked["Retry-After"])  # whole seconds (django-ratelimit has none: #165)
     assert 1 <= retry <= 60
-    assert retry >= int(re.search(r";w=(\d+)", blocked["RateLimit"]).group(1))  # type: ignore
+    assert retry >= int(re.search(r";t=(\d+)", blocked["RateLimit"]).group(1))  # type: ignore
     body = blocked.json()
     assert blocked["Content-Type"] == "application/json"
     assert body["status"] == 429 and body["retry_after"] == retry
@@ -289,7 +289,7 @@ def test_middleware_applies_every_matching_rule(client: Client) -> None:
         assert blocked.json()["violated-policies"] == ["api"]
         both = client.get("/api/plain/", HTTP_ACCEPT=JSON_TYPE)
         assert both.json()["violated-policies"] == ["api", "tight"]
-        assert both["RateLimit"].startswith('"api";a=0;w=')
+        assert both["RateLimit"].startswith('"api";r=0;t=')
         assert "RateLimit" not in client.get("/plain/")  # no rule matched
 
 

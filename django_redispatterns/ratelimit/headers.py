@@ -1,19 +1,18 @@
 """Rate-limit response headers.
 
 ``RateLimit-Policy`` and ``RateLimit`` follow the IETF HTTPAPI draft "RateLimit header
-fields for HTTP" (draft-ietf-httpapi-ratelimit-headers-12): one list item per policy
+fields for HTTP" (draft-ietf-httpapi-ratelimit-headers): one list item per policy
 applied to the request, named by the rule's ``name``::
 
     RateLimit-Policy: "api";q=100;w=60, "export";q=50;qu="requests";w=3600
-    RateLimit: "api";a=42;w=17;pk=:Wm9vYmFyYmF6cXV4:, "export";a=40;w=3590;pk=:...:;c=5
+    RateLimit: "api";r=42;t=17;pk=:Wm9vYmFyYmF6cXV4:, "export";r=40;t=3590;pk=:...:
 
-``q``/``w``: the quota and its window in seconds; ``a``: the quota still available;
-``w`` (in ``RateLimit``): seconds until more quota becomes available — never after the
+``q``/``w``: the quota and its window in seconds; ``r``: the quota still available;
+``t``: the effective window, seconds until more quota becomes available — never after the
 ``Retry-After`` of the same response; ``pk``: the partition key, a keyed hash of the
-client's identity (never the identity); ``qu`` and ``c`` appear for a rule whose
-requests cost more (or less) than one unit: ``c`` is what this request took. An
-undecided rule (Redis did not answer) is listed in ``RateLimit-Policy`` only. Shadow rules
-appear nowhere.
+client's identity (never the identity); ``qu`` appears for a rule whose requests cost
+more (or less) than one unit. An undecided rule (Redis did not answer) is listed in
+``RateLimit-Policy`` only. Shadow rules appear nowhere.
 
 With ``RATELIMIT['LEGACY_HEADERS']`` (default True) the older ``RateLimit-Limit``,
 ``RateLimit-Remaining`` and ``RateLimit-Reset`` trio describes the binding decision too.
@@ -114,9 +113,8 @@ def _policy(name: str, decision: Decision) -> str:
 
 
 def _state(name: str, decision: Decision) -> str:
-    item = (f'"{name}";a={decision.remaining};w={whole_seconds(decision.reset_after or 0.0)}'
+    return (f'"{name}";r={decision.remaining};t={whole_seconds(decision.reset_after or 0.0)}'
             f";pk=:{decision.partition}:")
-    return item if decision.cost == 1 else f"{item};c={decision.cost}"
 
 
 def _legacy(decision: Decision) -> list[tuple[str, str]]:
