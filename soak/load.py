@@ -48,8 +48,7 @@ BENCH_MIX = {"me": 20, "rl_fixed": 10, "rl_sliding": 10, "rl_gcra": 10, "api_rul
 @dataclass
 class LoadSpec:
     port: int
-    t0: float  # time.time() at the start of the run (buckets and slots count from it)
-    t_stop: float
+    duration: float
     proc: int
     threads: int
     out: str
@@ -57,6 +56,9 @@ class LoadSpec:
     logout_period: float = 6.0
     seed: int = 0
     mix: dict[str, int] = field(default_factory=dict)
+    # Set when every load process is ready: the same start for all of them.
+    t0: float = 0.0  # time.time() at the start (buckets and order slots count from it)
+    t_stop: float = 0.0
 
 
 @dataclass
@@ -266,8 +268,13 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def load_process(spec: LoadSpec) -> None:
-    """Entry point of one load process: run the devices, then write the events."""
+def load_process(spec: LoadSpec, ready: Any, start: Any) -> None:
+    """Entry point of one load process: wait for the common start, run the devices, then
+    write the events."""
+    ready.wait(120)  # every process imported and ready
+    ready.wait(120)  # the start time is set
+    spec.t0 = start.value
+    spec.t_stop = spec.t0 + spec.duration
     events_by_device: list[list[dict[str, Any]]] = [[] for _ in range(spec.threads)]
     devices = [Device(spec, i, events_by_device[i]) for i in range(spec.threads)]
     threads = [threading.Thread(target=d.run, daemon=True) for d in devices]

@@ -89,6 +89,12 @@ def redis_line(r: RunResult) -> str:
                  f"{0.8 * config.SOCKET_TIMEOUT:.1f} s** (longest {longest:.2f} s, from "
                  f"t={stalls[0][0] - r.t0:.1f} s): the machine starved Redis; requests then "
                  "followed the outage policies, and the checks count those moments as faults.")
+    worker = r.servers.get("worker_stalls") or []
+    if worker:
+        longest = max(b - a for a, b in worker)
+        line += (f" **A server worker was not scheduled for over 0.25 s {len(worker)} times** "
+                 f"(longest {longest:.2f} s): requests in flight then may time out although "
+                 "Redis answered; these moments count as faults too.")
     return line
 
 

@@ -102,19 +102,19 @@ def _base_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def run_load(owned: Owned, port: int, t0: float, t_stop: float, outdir: Path, *,
+def run_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
              procs: int, threads: int, mode: str = "soak", seed: int = 0,
              mix: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """Start ``procs`` load processes now, wait until they end, return their events."""
-    starter = start_load(owned, port, t0, t_stop, outdir, procs=procs, threads=threads,
-                         mode=mode, seed=seed, mix=mix)
-    return starter.collect()
+    """Run ``procs`` load processes for ``seconds``, return their events."""
+    return start_load(owned, port, seconds, outdir, procs=procs, threads=threads,
+                      mode=mode, seed=seed, mix=mix).collect()
 
 
 class LoadRun:
-    def __init__(self, processes: list[Any], outs: list[Path], t_stop: float) -> None:
+    def __init__(self, processes: list[Any], outs: list[Path], t0: float, t_stop: float) -> None:
         self.processes = processes
         self.outs = outs
+        self.t0 = t0
         self.t_stop = t_stop
 
     def __repr__(self) -> str:
@@ -141,21 +141,30 @@ class LoadRun:
                 p.join(5)
 
 
-def start_load(owned: Owned, port: int, t0: float, t_stop: float, outdir: Path, *,
+def start_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
                procs: int, threads: int, mode: str = "soak", seed: int = 0,
                mix: dict[str, int] | None = None) -> LoadRun:
+    """Start ``procs`` load processes; once all are ready they start together, for
+    ``seconds``. Returns at that start (``.t0``)."""
     ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Barrier(procs + 1)
+    start = ctx.Value("d", 0.0)
     outs = [outdir / f"events-{i}.jsonl" for i in range(procs)]
     for out in outs:
         out.unlink(missing_ok=True)
     processes = []
     for i in range(procs):
-        spec = LoadSpec(port=port, t0=t0, t_stop=t_stop, proc=i, threads=threads,
+        spec = LoadSpec(port=port, duration=seconds, proc=i, threads=threads,
                         out=str(outs[i]), mode=mode, seed=seed, mix=mix or {})
-        p = ctx.Process(target=load_process, args=(spec,), daemon=True)
+        p = ctx.Process(target=load_process, args=(spec, ready, start), daemon=True)
         p.start()
         processes.append(p)
-    return owned.add(LoadRun(processes, outs, t_stop))
+    run = owned.add(LoadRun(processes, outs, 0.0, 0.0))
+    ready.wait(120)
+    run.t0 = start.value = time.time() + 0.1
+    run.t_stop = run.t0 + seconds
+    ready.wait(120)
+    return run
 
 
 def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int = 4,
@@ -165,10 +174,9 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
     try:
         log(f"[{kind}] starting Redis and {kind} ...")
         stack = Stack(owned, kind)
-        t0 = time.time() + 1.0
-        t_stop = t0 + sum(p[1] for p in timeline)
-        load = start_load(owned, stack.server.port, t0, t_stop, stack.workdir, procs=procs,
-                          threads=threads)
+        load = start_load(owned, stack.server.port, sum(p[1] for p in timeline),
+                          stack.workdir, procs=procs, threads=threads)
+        t0 = load.t0
         probe = owned.add(RedisProbe(stack.redis))
         phases = _play(timeline, stack.redis, t0, kind, log, stack.runlog)
         log(f"[{kind}] load stops; collecting answers ...")
@@ -197,7 +205,9 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
                 if p["action"] == "restart_empty"]
         tl = checks.Timeline(phases, lost)
         tl.stalls = probe.stalls(tl)
-        servers["stalls"] = tl.stalls
+        servers["stalls"] = list(tl.stalls)
+        servers["worker_stalls"] = [(r["start"], r["end"]) for r in runlog if r["kind"] == "stall"]
+        tl.stalls += servers["worker_stalls"]
         servers["ping"] = probe.summary(tl)
         result.findings = checks.check_all(events, runlog, tl, t0, t_end, servers)
         return result

@@ -14,3 +14,7 @@ class SoakAppConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in
 
         user_logged_in.disconnect(update_last_login, dispatch_uid="update_last_login")
+
+        from soak.app.views import start_stall_watch
+
+        start_stall_watch()

@@ -42,6 +42,24 @@ def run_log(record: dict[str, Any]) -> None:
         _log_file.write(line)
 
 
+def start_stall_watch(period: float = 0.02, stall: float = 0.25) -> None:
+    """A thread in each worker that notes when the OS did not run this process for a while
+    (a starved machine): requests then time out although nothing was injected, and the
+    checks must know. A thread sees it even while the event loop is busy."""
+    if not settings.RUNLOG:
+        return
+
+    def watch() -> None:
+        while True:
+            before = time.time()
+            time.sleep(period)
+            after = time.time()
+            if after - before - period > stall:
+                run_log({"kind": "stall", "start": before, "end": after, "pid": os.getpid()})
+
+    threading.Thread(target=watch, name="soak-stall-watch", daemon=True).start()
+
+
 # --- rate limits --------------------------------------------------------------------------
 
 def ok(request: HttpRequest) -> JsonResponse:
