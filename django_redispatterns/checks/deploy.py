@@ -1,0 +1,80 @@
+"""Deploy checks (``check --deploy``): contact each configured Redis once and judge it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Tags, register
+
+from .messages import (
+    E010,
+    E011,
+    I001,
+    MIN_VERSION,
+    TAG,
+    W010,
+    W011,
+    W012,
+    W013,
+    W014,
+    W015,
+)
+from .targets import PROBE_TIMEOUT, ServerReport, gather
+
+# A noeviction instance this full starts refusing writes soon.
+HEADROOM_RATIO = 0.9
+# Features whose data must never be evicted (their keys all have TTLs, so volatile-*
+# policies evict them too). Rate-limit counters are not listed: losing one resets a
+# window early, which is the cache-like failure a limiter can live with.
+DURABLE_FEATURES = ("locks", "sessions", "idempotency records")
+
+
+def evaluate(report: ServerReport) -> list[CheckMessage]:
+    """The deploy-check verdict on one server: quiet when everything is known and sound."""
+    facts, server, used_by = report.facts, report.facts.endpoint, report.used_by
+    obj = None  # the server is named in the message
+    if facts.error:
+        return [W010(obj=obj, server=server, used_by=used_by, error=facts.error,
+                     timeout=PROBE_TIMEOUT)]
+    messages: list[CheckMessage] = []
+    version = facts.version_tuple
+    if version is not None and version < MIN_VERSION:
+        messages.append(E011(obj=obj, server=server, used_by=used_by, version=facts.version))
+    if facts.cluster and any(report.dbs):
+        db = max(report.dbs)
+        messages.append(E010(obj=obj, what=f"The connection to {server} ({used_by})", db=db))
+    if facts.role in ("slave", "replica"):
+        messages.append(W015(obj=obj, server=server, used_by=used_by))
+
+    hidden = [name for name, value in (("maxmemory", facts.maxmemory),
+                                       ("maxmemory-policy", facts.policy)) if value is None]
+    if hidden:
+        messages.append(I001(obj=obj, server=server, used_by=used_by,
+                             names=" and ".join(hidden)))
+    if facts.maxmemory == 0:
+        # Nothing is ever evicted without a limit, so the policy does not matter yet.
+        messages.append(W011(obj=obj, server=server, used_by=used_by))
+        return messages
+
+    durable = sorted(r for r in report.roles if r in DURABLE_FEATURES)
+    is_cache = any(r.startswith("cache ") for r in report.roles)
+    policy = facts.policy
+    if policy is not None and policy != "noeviction" and durable:
+        messages.append(W013(obj=obj, server=server, features=" and ".join(durable),
+                             policy=policy))
+    if policy == "noeviction" and is_cache and not durable:
+        messages.append(W012(obj=obj, server=server, used_by=used_by))
+    if (policy == "noeviction" and facts.maxmemory and facts.used_memory is not None
+            and facts.used_memory >= HEADROOM_RATIO * facts.maxmemory):
+        percent = round(100 * facts.used_memory / facts.maxmemory)
+        messages.append(W014(obj=obj, server=server, used_by=used_by, percent=percent))
+    return messages
+
+
+@register(TAG, Tags.caches, deploy=True)
+def check_redis_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W010-W015, E010, E011, I001: contact each configured Redis once and judge it."""
+    messages: list[CheckMessage] = []
+    for report in gather():
+        messages += evaluate(report)
+    return messages
