@@ -4,22 +4,27 @@ Two gunicorns (4 workers x 4 threads each) serve the same app (``soak/app``), ea
 own redis-server: **ours** (our cache backend, session engine with SessionActivityMiddleware,
 ``@ratelimit`` / ``RateLimitMiddleware``, ``IdempotencyMiddleware``) and **theirs**
 (django-redis's cache, Django's cache session engine, django-ratelimit's fixed window, no
-idempotency layer). The same closed-loop load (4 processes x 4 devices, signed in) runs
-against one, then the other, alternating which goes first, for every scenario: the mix,
-then each route alone. Rate limits are set so high that every request is admitted: the
-benchmark measures the admitted path, not 429s. We report medians over the rounds and
-ratios ours/theirs (> 1: ours is faster). Then py-spy samples the workers of each stack
-under the mix, and the samples are charged to the layer that spent them.
+idempotency layer). One closed-loop load (4 processes x 4 signed-in devices) alternates
+between them **every second**, all devices together, so both stacks share every moment of
+the (shared, noisy) machine; each second is a round. Scenarios: the mix, then each route
+alone. Rate limits are set so high that every request is admitted: this measures the
+admitted path, not 429s. We report per route the median over the rounds of requests/s and
+the median latency, and their ratios ours/theirs (> 1: ours is faster), plus the Redis
+commands each request sent (from ``MONITOR``; commands run inside a script not counted).
+Then py-spy samples the workers of each stack under the mix, charged to the layer that
+spent them (:mod:`benchmarks.e2e_profile`).
 
-``E2E_ROUNDS`` (3) and ``E2E_SECONDS`` (6) set the rounds per scenario and their length;
-``E2E_PROFILE_SECONDS`` (15, 0 = no profile) the profile's length.
+``E2E_SECONDS`` (24) is the length of each scenario, ``E2E_PROFILE_SECONDS`` (20, 0 = no
+profile) the profile's.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,49 +33,104 @@ from benchmarks import e2e_profile
 
 ROUTES = {
     "me": "GET /me (signed in)",
-    "rl_fixed": "GET /rl/fixed (ours fixed window)",
-    "rl_sliding": "GET /rl/sliding (ours sliding window)",
-    "rl_gcra": "GET /rl/gcra (ours token bucket)",
+    "rl_fixed": "GET /rl/fixed (fixed window)",
+    "rl_sliding": "GET /rl/sliding (ours: sliding window)",
+    "rl_gcra": "GET /rl/gcra (ours: token bucket)",
     "api_rule": "GET /api/echo (ours: middleware rule)",
-    "cached": "GET /cached (get_or_set hit)",
+    "cached": "GET /cached (get_or_set, hits)",
     "order": "POST /orders (ours: Idempotency-Key)",
 }
 STACKS = ("ours", "theirs")
+SLOT = 1.0  # seconds per round
+WARMUP_SLOTS = 2  # sign-ins, pools, script loads
 
 
-def _round(owned: Any, stack: Any, mix: dict[str, int], seconds: float, seed: int,
-           outdir: Path) -> tuple[list[dict[str, Any]], int]:
-    """One round of load; returns its answers and how many Redis commands it cost."""
-    from soak.run import run_load
+class Monitor:
+    """Counts the commands clients send to one Redis (MONITOR), scripts' inner calls apart."""
 
-    client = stack.redis.client()
-    client.config_resetstat()
-    events = run_load(owned, stack.server.port, seconds, outdir, procs=4, threads=4,
-                      mode="bench", seed=seed, mix=mix)
-    stats = client.info("commandstats")
-    commands = sum(int(v["calls"]) for k, v in stats.items()
-                   if k not in ("cmdstat_config|resetstat", "cmdstat_info"))
-    return events, commands
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+        self.sock.sendall(b"MONITOR\r\n")
+        self.client = self.script = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self) -> None:
+        buffer = b""
+        while not self.stop.is_set():
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\r\n")
+            for line in lines:
+                if b" [0 lua] " in line:
+                    self.script += 1
+                elif line.startswith(b"+") and b"] " in line:
+                    self.client += 1
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+        return max(self.client - 1, 0)  # MONITOR's own "+OK"
 
 
-def _stats(events: list[dict[str, Any]], seconds: float,
-           commands: int) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for route in ROUTES:
-        evs = [e for e in events if e["k"] == route and e["st"]]
-        if not evs:
-            continue
-        bad = sum(1 for e in evs if e["st"] >= 400)
-        out[route] = {"rps": len(evs) / seconds,
-                      "p50": 1000 * statistics.median(e["r"] - e["s"] for e in evs),
-                      "errors": bad}
-    answered = [e for e in events if e["st"] and e["k"] in ROUTES]
-    out["all"] = {"rps": len(answered) / seconds,
-                  "p50": 1000 * statistics.median(e["r"] - e["s"] for e in answered)
-                  if answered else 0.0,
-                  "errors": sum(1 for e in answered if e["st"] >= 400),
-                  # Redis commands per request (the round's sign-ins included)
-                  "commands": commands / max(len(answered), 1)}
+def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: float,
+              outdir: Path) -> list[dict[str, Any]]:
+    """One load alternating between the stacks every SLOT; its events."""
+    from soak.run import start_load
+
+    ports = [stacks[name].server.port for name in STACKS]
+    load = start_load(owned, ports[0], seconds, outdir, procs=4, threads=4, mode="bench",
+                      mix=mix, other_ports=ports[1:], slot_seconds=SLOT)
+    events = load.collect()
+    for e in events:
+        e["t_rel"] = e["s"] - load.t0
+    return events
+
+
+def _commands(owned: Any, stacks: dict[str, Any], mix: dict[str, int],
+              outdir: Path) -> dict[str, float]:
+    """A separate short pass under MONITOR (it slows Redis, so not while timing): commands
+    sent per request, sign-ins included, scripts' inner calls not counted."""
+    monitors = {name: Monitor(stacks[name].redis.port) for name in STACKS}
+    events = _scenario(owned, stacks, mix, 8 * SLOT, outdir)
+    time.sleep(0.3)
+    counts = {name: m.close() for name, m in monitors.items()}
+    return {name: counts[name] / max(1, sum(1 for e in events if e.get("tg", 0) == i))
+            for i, name in enumerate(STACKS)}
+
+
+def _per_route(events: list[dict[str, Any]], seconds: float,
+               commands: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+    """stats[stack][route] = requests/s (median of rounds), p50 ms, errors, commands/req."""
+    slots = int(seconds // SLOT)
+    out: dict[str, dict[str, dict[str, float]]] = {name: {} for name in STACKS}
+    for index, name in enumerate(STACKS):
+        mine = [e for e in events if e.get("tg", 0) == index and e["st"] and e["k"] in ROUTES
+                and e["t_rel"] >= WARMUP_SLOTS * SLOT]
+        for route in (*ROUTES, "all"):
+            evs = [e for e in mine if route == "all" or e["k"] == route]
+            if not evs:
+                continue
+            per_slot = [0] * slots
+            for e in evs:
+                per_slot[min(int(e["t_rel"] // SLOT), slots - 1)] += 1
+            rounds = [n / SLOT for i, n in enumerate(per_slot)
+                      if i >= WARMUP_SLOTS and i % len(STACKS) == index]
+            out[name][route] = {
+                "rps": statistics.median(rounds) if rounds else 0.0,
+                "p50": 1000 * statistics.median(e["r"] - e["s"] for e in evs),
+                "errors": sum(1 for e in evs if e["st"] >= 400),
+                "commands": commands[name],
+            }
     return out
 
 
@@ -79,9 +139,8 @@ def run() -> None:
     from soak.processes import Owned
     from soak.run import Stack
 
-    rounds = int(os.environ.get("E2E_ROUNDS", "3"))
-    seconds = float(os.environ.get("E2E_SECONDS", "6"))
-    profile_seconds = float(os.environ.get("E2E_PROFILE_SECONDS", "15"))
+    seconds = float(os.environ.get("E2E_SECONDS", "24"))
+    profile_seconds = float(os.environ.get("E2E_PROFILE_SECONDS", "20"))
     scenarios: dict[str, dict[str, int]] = {"mix": dict(BENCH_MIX)}
     scenarios.update({route: {route: 1} for route in ROUTES})
     owned = Owned()
@@ -89,53 +148,39 @@ def run() -> None:
     try:
         stacks = {name: Stack(owned, "gunicorn", stack=name, env={"SOAK_BENCH": "1"})
                   for name in STACKS}
-        for stack in stacks.values():  # warm up: imports, pools, scripts, sign-ins
-            _round(owned, stack, BENCH_MIX, 3, 99, outdir)
-        # results[scenario][stack][route] = list of per-round stats. Every round visits
-        # every scenario, so a noisy minute on the shared machine hits them all alike.
-        results: dict[str, dict[str, dict[str, list[dict[str, float]]]]] = {
-            scenario: {s: {} for s in STACKS} for scenario in scenarios}
-        for i in range(rounds):
-            for scenario, mix in scenarios.items():
-                order = STACKS if i % 2 == 0 else STACKS[::-1]
-                for name in order:
-                    events, commands = _round(owned, stacks[name], mix, seconds, i, outdir)
-                    for route, values in _stats(events, seconds, commands).items():
-                        results[scenario][name].setdefault(route, []).append(values)
-        report(results, rounds, seconds)
+        _scenario(owned, stacks, BENCH_MIX, 6, outdir)  # warm up both
+        results = {}
+        for scenario, mix in scenarios.items():
+            events = _scenario(owned, stacks, mix, seconds, outdir)
+            commands = _commands(owned, stacks, mix, outdir)
+            results[scenario] = _per_route(events, seconds, commands)
+        report(results, seconds)
         if profile_seconds > 0:
             profile(owned, stacks, profile_seconds, outdir)
     finally:
         owned.stop_all()
 
 
-def _median(rows: list[dict[str, float]], field: str) -> float:
-    return statistics.median(r[field] for r in rows)
-
-
-def report(results: dict[str, Any], rounds: int, seconds: float) -> None:
-    print(f"\n## End to end: gunicorn 4x4, {rounds} alternating rounds of {seconds:.0f} s per "
-          "scenario (medians; ratio = ours/theirs, > 1 is ours faster)")
-    header = (f"{'scenario':<12} {'route':<40} {'ours req/s':>10} {'theirs':>8} {'ratio':>6} "
-              f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'Redis cmds/req':>15} "
-              f"{'errors':>7}")
-    print(header)
+def report(results: dict[str, Any], seconds: float) -> None:
+    print(f"\n## End to end: gunicorn 4x4 each, load alternating every {SLOT:.0f} s, "
+          f"{seconds:.0f} s per scenario (medians over the rounds; ratio = ours/theirs, "
+          "> 1 is ours faster)")
+    print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
+          f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
+          f"{'errors':>6}")
     for scenario, per in results.items():
         routes = ["all", *ROUTES] if scenario == "mix" else [scenario]
         for route in routes:
             ours, theirs = per["ours"].get(route), per["theirs"].get(route)
             if not ours or not theirs:
                 continue
-            o_rps, t_rps = _median(ours, "rps"), _median(theirs, "rps")
-            o_p50, t_p50 = _median(ours, "p50"), _median(theirs, "p50")
-            errors = sum(r["errors"] for r in ours + theirs)
             label = "every route" if route == "all" else ROUTES[route]
-            cmds = (f"{_median(per['ours']['all'], 'commands'):.2f} / "
-                    f"{_median(per['theirs']['all'], 'commands'):.2f}"
+            cmds = (f"{ours['commands']:.2f} / {theirs['commands']:.2f}"
                     if route in ("all", scenario) else "")
-            print(f"{scenario:<12} {label:<40} {o_rps:>10,.0f} {t_rps:>8,.0f} "
-                  f"{o_rps / t_rps:>6.2f} {o_p50:>11.1f} {t_p50:>7.1f} {t_p50 / o_p50:>6.2f} "
-                  f"{cmds:>15} {errors:>7}")
+            print(f"{scenario:<11} {label:<40} {ours['rps']:>10,.0f} {theirs['rps']:>7,.0f} "
+                  f"{ours['rps'] / max(theirs['rps'], 1e-9):>6.2f} {ours['p50']:>11.1f} "
+                  f"{theirs['p50']:>7.1f} {theirs['p50'] / max(ours['p50'], 1e-9):>6.2f} "
+                  f"{cmds:>21} {int(ours['errors'] + theirs['errors']):>6}")
 
 
 def profile(owned: Any, stacks: dict[str, Any], seconds: float, outdir: Path) -> None:

@@ -56,6 +56,10 @@ class LoadSpec:
     logout_period: float = 6.0
     seed: int = 0
     mix: dict[str, int] = field(default_factory=dict)
+    # Several servers (the end-to-end benchmark): every device switches between them
+    # every ``slot_seconds``, all devices alike, so both see the same moments of the machine.
+    other_ports: list[int] = field(default_factory=list)
+    slot_seconds: float = 1.0
     # Set when every load process is ready: the same start for all of them.
     t0: float = 0.0  # time.time() at the start (buckets and order slots count from it)
     t_stop: float = 0.0
@@ -84,6 +88,9 @@ class Device:
         self.rng = random.Random(spec.seed * 1000 + spec.proc * 100 + index)
         self.conn: http.client.HTTPConnection | None = None
         self.cookie: str | None = None
+        self.ports = [spec.port, *spec.other_ports]
+        self.target = 0  # index into ports
+        self.saved: dict[int, tuple[Any, str | None]] = {}  # other targets' (conn, cookie)
         self.pending: dict[str, float] = {}  # order key -> when to retry it
         self.resolved: dict[str, bytes] = {}  # order key -> the body we were given
         self.sent_slots: set[int] = set()
@@ -105,8 +112,10 @@ class Device:
             hdrs.update(headers)
         event: dict[str, Any] = {"p": self.spec.proc, "d": self.index, "u": self.user,
                                  "k": kind, **extra}
+        if len(self.ports) > 1:
+            event["tg"] = self.target
         if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.spec.port,
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.ports[self.target],
                                                    timeout=CLIENT_TIMEOUT)
         event["s"] = time.time()
         try:
@@ -143,9 +152,20 @@ class Device:
 
     # --- the mix ----------------------------------------------------------------------
 
+    def switch(self, now: float) -> None:
+        """Move to the target of the current slot, keeping each target's connection and
+        session cookie."""
+        target = int((now - self.spec.t0) // self.spec.slot_seconds) % len(self.ports)
+        if target != self.target:
+            self.saved[self.target] = (self.conn, self.cookie)
+            self.conn, self.cookie = self.saved.pop(target, (None, None))
+            self.target = target
+
     def run(self) -> None:
         while time.time() < self.spec.t_stop:
             now = time.time()
+            if len(self.ports) > 1:
+                self.switch(now)
             if self.cookie is None:
                 self.signin()
                 continue
@@ -164,8 +184,9 @@ class Device:
                 handler()
             else:
                 self.rate_limited(action)
-        if self.conn is not None:
-            self.conn.close()
+        for conn in [self.conn, *(c for c, _ in self.saved.values())]:
+            if conn is not None:
+                conn.close()
 
     def signin(self) -> None:
         body = urllib.parse.urlencode({"username": config.username(self.user),

@@ -102,12 +102,6 @@ def _base_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def run_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
-             procs: int, threads: int, mode: str = "soak", seed: int = 0,
-             mix: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """Run ``procs`` load processes for ``seconds``, return their events."""
-    return start_load(owned, port, seconds, outdir, procs=procs, threads=threads,
-                      mode=mode, seed=seed, mix=mix).collect()
 
 
 class LoadRun:
@@ -143,7 +137,8 @@ class LoadRun:
 
 def start_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
                procs: int, threads: int, mode: str = "soak", seed: int = 0,
-               mix: dict[str, int] | None = None) -> LoadRun:
+               mix: dict[str, int] | None = None, other_ports: list[int] | None = None,
+               slot_seconds: float = 1.0) -> LoadRun:
     """Start ``procs`` load processes; once all are ready they start together, for
     ``seconds``. Returns at that start (``.t0``)."""
     ctx = multiprocessing.get_context("spawn")
@@ -155,7 +150,8 @@ def start_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
     processes = []
     for i in range(procs):
         spec = LoadSpec(port=port, duration=seconds, proc=i, threads=threads,
-                        out=str(outs[i]), mode=mode, seed=seed, mix=mix or {})
+                        out=str(outs[i]), mode=mode, seed=seed, mix=mix or {},
+                        other_ports=other_ports or [], slot_seconds=slot_seconds)
         p = ctx.Process(target=load_process, args=(spec, ready, start), daemon=True)
         p.start()
         processes.append(p)
