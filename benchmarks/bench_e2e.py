@@ -9,8 +9,9 @@ between them **every second**, all devices together, so both stacks share every 
 the (shared, noisy) machine; each second is a round. Scenarios: the mix, then each route
 alone. Rate limits are set so high that every request is admitted: this measures the
 admitted path, not 429s. We report per route the median over the rounds of requests/s and
-the median latency, and their ratios ours/theirs (> 1: ours is faster), plus the Redis
-commands each request sent (from ``MONITOR``; commands run inside a script not counted).
+the median latency, and their ratios ours/theirs (> 1: ours is faster), the redis-server CPU
+per request, and the Redis commands each request sent (from ``MONITOR``; commands run
+inside a script not counted).
 Then py-spy samples the workers of each stack under the mix, charged to the layer that
 spent them (:mod:`benchmarks.e2e_profile`).
 
@@ -82,17 +83,28 @@ class Monitor:
         return max(self.client - 1, 0)  # MONITOR's own "+OK"
 
 
+def _redis_cpu(stack: Any) -> float:
+    info = stack.redis.client().info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: float,
-              outdir: Path) -> list[dict[str, Any]]:
-    """One load alternating between the stacks every SLOT; its events."""
+              outdir: Path, cpu: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """One load alternating between the stacks every SLOT; its events. ``cpu`` gets each
+    stack's redis-server CPU seconds per request."""
     from soak.run import start_load
 
     ports = [stacks[name].server.port for name in STACKS]
+    before = {name: _redis_cpu(stacks[name]) for name in STACKS}
     load = start_load(owned, ports[0], seconds, outdir, procs=4, threads=4, mode="bench",
                       mix=mix, other_ports=ports[1:], slot_seconds=SLOT)
     events = load.collect()
     for e in events:
         e["t_rel"] = e["s"] - load.t0
+    if cpu is not None:
+        for i, name in enumerate(STACKS):
+            served = sum(1 for e in events if e.get("tg", 0) == i and e["st"])
+            cpu[name] = (_redis_cpu(stacks[name]) - before[name]) / max(served, 1)
     return events
 
 
@@ -108,8 +120,8 @@ def _commands(owned: Any, stacks: dict[str, Any], mix: dict[str, int],
             for i, name in enumerate(STACKS)}
 
 
-def _per_route(events: list[dict[str, Any]], seconds: float,
-               commands: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str, float],
+               cpu: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
     """stats[stack][route] = requests/s (median of rounds), p50 ms, errors, commands/req."""
     slots = int(seconds // SLOT)
     out: dict[str, dict[str, dict[str, float]]] = {name: {} for name in STACKS}
@@ -130,6 +142,7 @@ def _per_route(events: list[dict[str, Any]], seconds: float,
                 "p50": 1000 * statistics.median(e["r"] - e["s"] for e in evs),
                 "errors": sum(1 for e in evs if e["st"] >= 400),
                 "commands": commands[name],
+                "redis_us": 1e6 * cpu[name],
             }
     return out
 
@@ -151,9 +164,10 @@ def run() -> None:
         _scenario(owned, stacks, BENCH_MIX, 6, outdir)  # warm up both
         results = {}
         for scenario, mix in scenarios.items():
-            events = _scenario(owned, stacks, mix, seconds, outdir)
+            cpu: dict[str, float] = {}
+            events = _scenario(owned, stacks, mix, seconds, outdir, cpu)
             commands = _commands(owned, stacks, mix, outdir)
-            results[scenario] = _per_route(events, seconds, commands)
+            results[scenario] = _per_route(events, seconds, commands, cpu)
         report(results, seconds)
         if profile_seconds > 0:
             profile(owned, stacks, profile_seconds, outdir)
@@ -167,7 +181,7 @@ def report(results: dict[str, Any], seconds: float) -> None:
           "> 1 is ours faster)")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
-          f"{'errors':>6}")
+          f"{'Redis CPU us/req':>17} {'errors':>6}")
     for scenario, per in results.items():
         routes = ["all", *ROUTES] if scenario == "mix" else [scenario]
         for route in routes:
@@ -175,12 +189,13 @@ def report(results: dict[str, Any], seconds: float) -> None:
             if not ours or not theirs:
                 continue
             label = "every route" if route == "all" else ROUTES[route]
-            cmds = (f"{ours['commands']:.2f} / {theirs['commands']:.2f}"
-                    if route in ("all", scenario) else "")
+            whole = route in ("all", scenario)
+            cmds = f"{ours['commands']:.2f} / {theirs['commands']:.2f}" if whole else ""
+            us = f"{ours['redis_us']:.0f} / {theirs['redis_us']:.0f}" if whole else ""
             print(f"{scenario:<11} {label:<40} {ours['rps']:>10,.0f} {theirs['rps']:>7,.0f} "
                   f"{ours['rps'] / max(theirs['rps'], 1e-9):>6.2f} {ours['p50']:>11.1f} "
                   f"{theirs['p50']:>7.1f} {theirs['p50'] / max(ours['p50'], 1e-9):>6.2f} "
-                  f"{cmds:>21} {int(ours['errors'] + theirs['errors']):>6}")
+                  f"{cmds:>21} {us:>17} {int(ours['errors'] + theirs['errors']):>6}")
 
 
 def profile(owned: Any, stacks: dict[str, Any], seconds: float, outdir: Path) -> None:
