@@ -116,10 +116,11 @@ def table(title: str, raw: Path) -> list[str]:
 
 
 def hot_functions(raw: Path, prefix: str = "django_redispatterns/", n: int = 12) -> list[str]:
-    """Our functions on the stack, by inclusive share of in-request samples (each counted
-    once per sample), and the share of samples whose innermost frame of ours it is."""
+    """Our functions by inclusive share of in-request samples (on the stack), and by self
+    share (the sample's innermost frame is that function: our own Python, no callee)."""
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
+    leaf_kinds: Counter[str] = Counter()
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -130,14 +131,31 @@ def hot_functions(raw: Path, prefix: str = "django_redispatterns/", n: int = 12)
             continue
         k = int(count)
         total += k
-        ours = [f for f in frames if prefix in f]
-        for f in set(ours):
+        for f in {f for f in frames if prefix in f}:
             inclusive[f] += k
-        if ours:
-            own[ours[-1]] += k
-    lines = [f"{'our function (file:function)':<72} {'on stack':>9} {'innermost':>10}"]
+        leaf = frames[-1]
+        if prefix in leaf:
+            own[leaf] += k
+        leaf_kinds[_leaf_kind(leaf, prefix)] += k
+    lines = ["innermost frame of each sample: " + ", ".join(
+        f"{kind} {100 * k / max(total, 1):.1f}%" for kind, k in leaf_kinds.most_common())]
+    lines.append(f"{'our function (file:function)':<72} {'on stack':>9} {'self':>6}")
     for func, k in inclusive.most_common(n):
         name = func.split(prefix, 1)[-1]
         lines.append(f"{name:<72} {100 * k / max(total, 1):>8.1f}% "
-                     f"{100 * own[func] / max(total, 1):>9.1f}%")
+                     f"{100 * own[func] / max(total, 1):>5.1f}%")
     return lines
+
+
+def _leaf_kind(leaf: str, prefix: str) -> str:
+    if "send_packed_command" in leaf or "_read_from_socket" in leaf:
+        return "socket send/recv (redis-py)"
+    if _is(leaf, REDIS_PY):
+        return "redis-py (packing, parsing, pool)"
+    if prefix in leaf:
+        return "our own Python"
+    if "django/db/" in leaf:
+        return "ORM + SQLite"
+    if leaf.startswith("django/") or "/django/" in leaf:
+        return "Django"
+    return "other"
