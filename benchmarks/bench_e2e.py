@@ -181,7 +181,7 @@ def report(results: dict[str, Any], seconds: float) -> None:
           "> 1 is ours faster)")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
-          f"{'Redis CPU us/req':>17} {'errors':>6}")
+          f"{'Redis CPU us/req':>17} {'errors ours/theirs':>19}")
     for scenario, per in results.items():
         routes = ["all", *ROUTES] if scenario == "mix" else [scenario]
         for route in routes:
@@ -195,7 +195,7 @@ def report(results: dict[str, Any], seconds: float) -> None:
             print(f"{scenario:<11} {label:<40} {ours['rps']:>10,.0f} {theirs['rps']:>7,.0f} "
                   f"{ours['rps'] / max(theirs['rps'], 1e-9):>6.2f} {ours['p50']:>11.1f} "
                   f"{theirs['p50']:>7.1f} {theirs['p50'] / max(ours['p50'], 1e-9):>6.2f} "
-                  f"{cmds:>21} {us:>17} {int(ours['errors'] + theirs['errors']):>6}")
+                  f"{cmds:>21} {us:>17} {ours['errors']:>11.0f} / {theirs['errors']:<5.0f}")
 
 
 def profile(owned: Any, stacks: dict[str, Any], seconds: float, outdir: Path) -> None:

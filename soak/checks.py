@@ -17,7 +17,9 @@ from typing import Any
 from soak import config
 
 RECOVERY = 1.0  # seconds after a fault ends during which its effects are still expected
-UNAVAILABLE_GRACE = 2.0  # a 503 this long after a fault ended means "not recovered"
+UNAVAILABLE_GRACE = 2.0
+# The store lands a moment after the computation ends; a starved machine stretches that.
+FRESHNESS_SLACK = 0.25  # a 503 this long after a fault ended means "not recovered"
 
 # What each route may answer (anything else is a broken promise).
 ALLOWED_STATUS = {
@@ -400,7 +402,7 @@ def check_freshness(events: list[dict[str, Any]], tl: Timeline, t0: float) -> Fi
         alias = "default" if e["k"] == "cached" else "swr"
         age = e["s"] - e["ca"]  # at least this old when it was served
         worst[e["k"]] = max(worst[e["k"]], age)
-        if age > config.CACHE_TIMEOUT + config.STALE_TTL[alias] + 0.05:
+        if age > config.CACHE_TIMEOUT + config.STALE_TTL[alias] + FRESHNESS_SLACK:
             e["_age"] = age
             late.append(e)
     by = Counter(f"{e['k']} in '{tl.phase_of(e['s'])}'" for e in late)

@@ -98,7 +98,7 @@ def redis_line(r: RunResult) -> str:
     return line
 
 
-def plot(results: Sequence[RunResult], path: Path) -> None:
+def plot(results: Sequence[RunResult], path: Path, dpi: int = 110) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,7 +131,7 @@ def plot(results: Sequence[RunResult], path: Path) -> None:
         ax.legend(loc="upper right", fontsize=7, markerscale=4)
     axes[-1, 0].set_xlabel("seconds since the load started (red: faults; dashed: the hang bound)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 
