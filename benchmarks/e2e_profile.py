@@ -20,7 +20,8 @@ from pathlib import Path
 # is shown apart in the two right-hand columns.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rate-limit headers (ours)", ("ratelimit/engine.py:add_headers",
-                                   "ratelimit/engine.py:_policy_name")),
+                                   "ratelimit/engine.py:_policy_name",
+                                   "django_redispatterns/ratelimit/headers.py")),
     ("rate limits (ours)", ("django_redispatterns/ratelimit/", "middleware/ratelimit.py")),
     ("rate limits (django-ratelimit)", ("django_ratelimit/",)),
     ("SessionActivityMiddleware", ("django_redispatterns/middleware/sessions.py",)),

@@ -222,13 +222,43 @@ class AppServer:
                     conn.request("GET", "/me")
                     conn.getresponse().read()
                     conn.close()
-                    time.sleep(1.0)  # let every worker finish importing
+                    self.warm_up()
                     self.worker_pids = self.current_workers()
                     return
                 except OSError:
                     pass
             time.sleep(0.2)
         raise RuntimeError(f"{self.kind} did not start within {timeout:.0f} s; see {self.log}")
+
+    def warm_up(self, connections: int = 16) -> None:
+        """Sign in and read on many connections at once, so that every worker has imported
+        and connected everything before the measured load (a cold first request can take
+        seconds on a busy machine)."""
+        import http.client
+        import threading
+        import urllib.parse
+
+        from soak import config
+
+        def one(i: int) -> None:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                body = urllib.parse.urlencode({"username": config.username(i % config.USERS),
+                                               "password": config.PASSWORD})
+                conn.request("POST", "/signin", body=body,
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+                conn.getresponse().read()
+                for path in ("/me", "/cached/0", "/cached-swr/0"):
+                    conn.request("GET", path)
+                    conn.getresponse().read()
+                conn.close()
+
+        for _ in range(2):
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(connections)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
 
     def current_workers(self) -> list[int]:
         """Worker PIDs: the master's children (uvicorn's include its multiprocessing
