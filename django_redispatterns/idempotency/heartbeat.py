@@ -8,8 +8,8 @@ costs a renewal. Renewal uses the sync client for the claim's connection, so it 
 sync and async views alike and keeps running while an event loop is busy.
 
 A renewal that finds the claim gone (the lease ran out during a pause, or an operator
-deleted it) logs a warning: a duplicate may now run, which is the at-least-once case of
-SPEC D5. Renewal stops after ``MAX_RENEW_SECONDS`` so a view stuck forever cannot hold a key
+deleted it) logs a warning: a duplicate may now run (at most once only while the lease
+holds; at least once after it). Renewal stops after ``MAX_RENEW_SECONDS`` so a view stuck forever cannot hold a key
 forever.
 """
 
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from .. import connection, scripts
+from . import operations
 
 if TYPE_CHECKING:
-    from .store import Claim
+    from .records import Claim
 
 logger = logging.getLogger("django_redispatterns.idempotency")
 
@@ -103,9 +103,8 @@ class Heartbeat:
 
     def _renew(self, claim: Claim) -> None:
         try:
-            client = connection.client_for(claim.connection)
-            renewed = scripts.script("idempotency_extend")(
-                client, [claim.redis_key], [claim.pending, claim.lease_ms])
+            renewed = operations.extend(claim.connection, claim.redis_key, claim.pending,
+                                        claim.lease_ms)
         except redis.RedisError as exc:
             logger.warning("could not renew idempotency claim %s: %s (retrying at the next "
                            "beat; the lease ends if Redis stays away)", claim.key_hash[:12], exc)

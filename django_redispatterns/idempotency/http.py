@@ -1,43 +1,40 @@
-"""The Django side: requests in, responses out, the store in between.
+"""The Django side of one request: decide before the view, settle after it.
 
 Shared by :class:`~django_redispatterns.middleware.IdempotencyMiddleware` and the
-:func:`idempotent` decorator. :func:`start` / :func:`astart` decide before the view runs
-(answer now, or hold a claim); :func:`finish` / :func:`afinish` store or release afterwards.
+:func:`~django_redispatterns.idempotency.idempotent` decorator. :func:`start` /
+:func:`astart` decide before the view runs (answer now, or hold a claim); :func:`finish` /
+:func:`afinish` store or release afterwards.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import re
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from http.client import responses
-from importlib import import_module
 from inspect import iscoroutinefunction
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import redis
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.http.request import RawPostDataException
 
 from .. import signals
-from ..conf import get_config
 from ..exceptions import (
     BackendUnavailable,
-    ConfigurationError,
     IdempotencyConflict,
     IdempotencyKeyReused,
     InvalidIdempotencyKey,
 )
 from ..problems import problem_response
-from .store import Claim, Fingerprint, IdempotencyStore, StoredResponse
+from .options import Options
+from .records import Claim, Fingerprint, StoredResponse
+from .request import adefault_scope, default_scope, fingerprint, parse_key
+from .store import IdempotencyStore
 
 logger = logging.getLogger("django_redispatterns.idempotency")
 
 REPLAYED_HEADER = "Idempotent-Replayed"
-MAX_KEY_LENGTH = 255
 UNAVAILABLE_RETRY_AFTER = 5
 # RFC 9110 section 7.6.1 hop-by-hop fields, plus cookies (never replayed to anyone).
 NOT_STORED_HEADERS = frozenset({
@@ -46,211 +43,6 @@ NOT_STORED_HEADERS = frozenset({
 })
 # Statuses that mean "not processed, try later": released like a 5xx, never replayed.
 NOT_STORED_STATUSES = frozenset({429})
-
-ScopeFunc = Callable[[HttpRequest], "str | None"]
-V = TypeVar("V", bound=Callable[..., Any])
-
-
-# --- options -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Options:
-    """One view's effective settings: ``IDEMPOTENCY`` merged with decorator overrides."""
-
-    header: str
-    meta_name: str
-    ttl: float
-    lease: float
-    methods: frozenset[str]
-    required: bool
-    max_body_bytes: int
-    scope: ScopeFunc | None  # None: user id, else session key
-    store: IdempotencyStore
-
-    def covers(self, method: str | None) -> bool:
-        return method is not None and method.upper() in self.methods
-
-
-def _meta_name(header: str) -> str:
-    return "HTTP_" + header.upper().replace("-", "_")
-
-
-@functools.lru_cache(maxsize=16)  # keyed by the Config object: settings changes make a new one
-def _options_for(config: Any) -> Options:
-    section = config.feature("IDEMPOTENCY")
-    _validate(section)
-    scope = section["SCOPE"]
-    return Options(
-        header=section["HEADER"],
-        meta_name=_meta_name(section["HEADER"]),
-        ttl=float(section["TTL"]),
-        lease=float(section["LEASE"]),
-        methods=frozenset(m.upper() for m in section["METHODS"]),
-        required=section["REQUIRED"],
-        max_body_bytes=section["MAX_BODY_BYTES"],
-        scope=_import_scope(scope) if scope else None,
-        store=IdempotencyStore(config.connection_for("IDEMPOTENCY")),
-    )
-
-
-def _validate(section: Any) -> None:
-    where = "REDIS_PATTERNS['IDEMPOTENCY']"
-    methods = section["METHODS"]
-    if not all(isinstance(m, str) and m.isalpha() for m in methods):
-        raise ConfigurationError(f"{where}['METHODS'] must list HTTP method names, got "
-                                 f"{methods!r}.")
-    if not re.fullmatch(r"[A-Za-z0-9-]+", section["HEADER"]):
-        raise ConfigurationError(f"{where}['HEADER'] must be a header name, got "
-                                 f"{section['HEADER']!r}.")
-    if section["MAX_BODY_BYTES"] < 0:
-        raise ConfigurationError(f"{where}['MAX_BODY_BYTES'] must be >= 0.")
-
-
-def _import_scope(path: str) -> ScopeFunc:
-    module, _, name = path.rpartition(".")
-    try:
-        return cast(ScopeFunc, getattr(import_module(module), name))
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"REDIS_PATTERNS['IDEMPOTENCY']['SCOPE'] = {path!r} cannot be imported: {exc}"
-        ) from exc
-
-
-Overrides = tuple[tuple[str, Any], ...]
-
-
-def options(**overrides: Any) -> Options:
-    """The settings in force now, with ``overrides`` (non-None values) applied."""
-    return _current(_overrides(overrides))
-
-
-def _overrides(given: dict[str, Any]) -> Overrides:
-    """Validated decorator arguments (None means "use the setting"), sorted by name: made
-    once per decorated view, they key the cache of its effective :class:`Options`."""
-    out = {k: v for k, v in given.items() if v is not None}
-    if "methods" in out:
-        out["methods"] = frozenset(m.upper() for m in out["methods"])
-    for name in ("ttl", "lease", "max_body_bytes"):
-        if name in out and not (isinstance(out[name], (int, float)) and out[name] > 0):
-            raise ConfigurationError(f"@idempotent({name}=...) must be > 0, got {out[name]!r}")
-    return tuple(sorted(out.items()))
-
-
-@functools.lru_cache(maxsize=256)
-def _apply_cached(base: Options, overrides: Overrides) -> Options:
-    return replace(base, **dict(overrides))
-
-
-def _current(overrides: Overrides) -> Options:
-    """The settings in force now (cached per Config) with ``overrides`` applied."""
-    base = _options_for(get_config())
-    return _apply_cached(base, overrides) if overrides else base
-
-
-# --- the key, the scope, the fingerprint --------------------------------------------------
-
-
-def parse_key(raw: str) -> str:
-    """The idempotency key in a header value, or :class:`InvalidIdempotencyKey`.
-
-    Accepts the IETF draft's RFC 8941 sf-string (``"abc"``) and the bare form Stripe uses
-    (``abc``). A key is 1-255 printable ASCII characters; a bare key may not contain a comma
-    (that is what two ``Idempotency-Key`` headers look like once joined).
-    """
-    value = raw.strip(" \t")
-    if value.startswith('"'):
-        key = _unquote_sf_string(value)
-    else:
-        if "," in value:
-            raise InvalidIdempotencyKey("more than one key (a comma in a bare key)")
-        key = value
-    if not key:
-        raise InvalidIdempotencyKey("the key is empty")
-    if len(key) > MAX_KEY_LENGTH:
-        raise InvalidIdempotencyKey(f"the key is longer than {MAX_KEY_LENGTH} characters")
-    if not all(" " <= c <= "~" for c in key):
-        raise InvalidIdempotencyKey("the key must be printable ASCII (no control characters)")
-    return key
-
-
-def _unquote_sf_string(value: str) -> str:
-    out: list[str] = []
-    i = 1
-    while i < len(value):
-        c = value[i]
-        if c == "\\":
-            if i + 1 >= len(value) or value[i + 1] not in '"\\':
-                raise InvalidIdempotencyKey("bad escape in the quoted key")
-            out.append(value[i + 1])
-            i += 2
-            continue
-        if c == '"':
-            if i != len(value) - 1:
-                raise InvalidIdempotencyKey("text after the closing quote")
-            return "".join(out)
-        out.append(c)
-        i += 1
-    raise InvalidIdempotencyKey("unterminated quoted key")
-
-
-def default_scope(request: HttpRequest) -> str | None:
-    """``user:<pk>`` for an authenticated user, else ``session:<key>``, else None."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        return f"user:{user.pk}"
-    return _session_scope(request)
-
-
-async def adefault_scope(request: HttpRequest) -> str | None:
-    """Async twin of :func:`default_scope` (``request.auser()``: no sync DB access)."""
-    auser = getattr(request, "auser", None)
-    if auser is not None:
-        user = await auser()
-        if user.is_authenticated:
-            return f"user:{user.pk}"
-        return _session_scope(request)
-    from asgiref.sync import sync_to_async
-
-    return await sync_to_async(default_scope)(request)
-
-
-def _session_scope(request: HttpRequest) -> str | None:
-    session = getattr(request, "session", None)
-    key = getattr(session, "session_key", None) if session is not None else None
-    return f"session:{key}" if key else None
-
-
-def fingerprint(request: HttpRequest) -> Fingerprint:
-    """Method, path + query, content type + body of ``request``.
-
-    Multipart bodies are fingerprinted as their parsed fields and files (names, sizes,
-    contents), without the boundary: a browser re-submitting a form picks a new boundary,
-    and a middleware that read ``request.POST`` first leaves no raw body to hash.
-    """
-    content_type = request.META.get("CONTENT_TYPE", "")
-    body: bytes | Iterator[bytes]
-    if content_type.lower().startswith("multipart/"):
-        content_type, body = content_type.split(";", 1)[0], _form_chunks(request)
-    else:
-        try:
-            body = request.body
-        except RawPostDataException:  # the stream was consumed by request.POST
-            body = _form_chunks(request)
-    return Fingerprint.of(request.method or "", request.path,
-                          request.META.get("QUERY_STRING", ""), content_type, body)
-
-
-def _form_chunks(request: HttpRequest) -> Iterator[bytes]:
-    for name in sorted(request.POST):
-        for value in request.POST.getlist(name):
-            yield b"field\0%s\0%s\0" % (name.encode(), value.encode())
-    for name in sorted(request.FILES):
-        for upload in request.FILES.getlist(name):
-            yield b"file\0%s\0%s\0%d\0" % (name.encode(), (upload.name or "").encode(),
-                                                upload.size or 0)
-            yield from upload.chunks()
-            upload.seek(0)
 
 
 # --- answers -----------------------------------------------------------------------------
@@ -382,7 +174,8 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
         return problem(422, "idempotency_key_reused",
                        f"This key was used for a request with a different "
                        f"{', '.join(exc.fields)}.", mismatch=list(exc.fields))
-    logger.error("idempotency: %s; answering 503 (fail closed: SPEC D3)", exc)
+    logger.error("idempotency: %s; answering 503 (fail closed: without Redis no request "
+                 "can be promised to run at most once)", exc)
     return problem(503, "idempotency_unavailable",
                    "Idempotency records cannot be reached; the request was not run.",
                    retry_after=UNAVAILABLE_RETRY_AFTER)
@@ -488,70 +281,3 @@ def _check_kept(ticket: Ticket, kept: bool) -> None:
     logger.warning("idempotency: the claim for %s ended before the view finished (lease %.0f s);"
                    " its response was not stored", ticket.claim.key_hash[:12],
                    ticket.claim.lease_ms / 1000)
-
-
-# --- the decorators ----------------------------------------------------------------------
-
-HANDLED_ATTR = "idempotency_handled"
-
-
-def idempotent(
-    view: V | None = None,
-    *,
-    ttl: float | None = None,
-    required: bool | None = None,
-    methods: Collection[str] | None = None,
-    lease: float | None = None,
-    max_body_bytes: int | None = None,
-    scope: ScopeFunc | None = None,
-) -> Any:
-    """Make a view (sync or async) honour ``Idempotency-Key`` as SPEC section 4 says.
-
-    Arguments override ``REDIS_PATTERNS['IDEMPOTENCY']`` for this view. ``scope`` is a
-    callable ``request -> str | None`` naming whom the keys belong to (default: the user id,
-    else the session key). Usable bare (``@idempotent``) or with arguments. With the
-    middleware installed as well, the decorator's settings win for this view.
-    """
-    overrides = _overrides({"ttl": ttl, "required": required, "methods": methods,
-                            "lease": lease, "max_body_bytes": max_body_bytes, "scope": scope})
-
-    def decorate(func: V) -> V:
-        if iscoroutinefunction(func):
-            @functools.wraps(func)
-            async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                decision = await astart(request, _current(overrides))
-                if not isinstance(decision, Ticket):
-                    return decision if decision is not None else await func(
-                        request, *args, **kwargs)
-                try:
-                    response = await func(request, *args, **kwargs)
-                except BaseException:
-                    await arelease(decision)
-                    raise
-                return await afinish(decision, response)
-
-            setattr(async_view, HANDLED_ATTR, True)
-            return cast(V, async_view)
-
-        @functools.wraps(func)
-        def sync_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            decision = start(request, _current(overrides))
-            if not isinstance(decision, Ticket):
-                return decision if decision is not None else func(request, *args, **kwargs)
-            try:
-                response = func(request, *args, **kwargs)
-            except BaseException:
-                release(decision)
-                raise
-            return finish(decision, response)
-
-        setattr(sync_view, HANDLED_ATTR, True)
-        return cast(V, sync_view)
-
-    return decorate(view) if view is not None else decorate
-
-
-def idempotent_exempt(view: V) -> V:
-    """Keep :class:`IdempotencyMiddleware` away from this view."""
-    setattr(view, HANDLED_ATTR, True)
-    return view

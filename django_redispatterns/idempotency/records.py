@@ -1,0 +1,131 @@
+"""What an idempotency record holds, and its byte layout in Redis. No I/O here.
+
+One Redis string per (scope, key) goes through two states:
+
+* **pending** — ``P <owner token> <fingerprint>``: the claim of the request that runs the
+  view. Its TTL is the *lease*.
+* **done** — ``D <fingerprint> <json meta>\\n<body bytes>``: status, reason and headers as
+  JSON, the body as raw bytes after the first newline. Never pickle: a value is parsed, not
+  executed, so a forged record can at worst be reported as unreadable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+PENDING = b"P"
+DONE = b"D"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What identifies *the same request* for one key: method, path+query, content type+body.
+
+    Paths and bodies are kept as digests, so a record never repeats request data.
+    """
+
+    method: str
+    path: str
+    body: str
+
+    @classmethod
+    def of(cls, method: str, path: str, query: str, content_type: str,
+           body: bytes | Iterable[bytes]) -> Fingerprint:
+        """``body`` is the raw bytes, or chunks (e.g. a parsed multipart form) to hash in order."""
+        chunks = (body,) if isinstance(body, bytes) else body
+        return cls(
+            method=method.upper(),
+            path=_digest(path.encode("utf-8", "surrogateescape"), b"\0",
+                         query.encode("latin-1", "replace")),
+            body=_digest(content_type.encode("latin-1", "replace"), b"\0", *chunks),
+        )
+
+    def encode(self) -> str:
+        return f"{self.method}.{self.path}.{self.body}"
+
+    @classmethod
+    def decode(cls, text: str) -> Fingerprint:
+        method, path, body = text.split(".")
+        return cls(method, path, body)
+
+    def mismatch(self, other: Fingerprint) -> list[str]:
+        """Names of the parts that differ: any of ``method``, ``path``, ``body``."""
+        return [name for name in ("method", "path", "body")
+                if getattr(self, name) != getattr(other, name)]
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A response as stored and replayed: status, reason, headers (in order) and body bytes."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    reason: str | None = None
+
+    def encode(self, fingerprint: Fingerprint) -> bytes:
+        meta = json.dumps({"s": self.status, "r": self.reason, "h": self.headers},
+                          separators=(",", ":"), ensure_ascii=True)
+        return b"%s %s %s\n%s" % (DONE, fingerprint.encode().encode(), meta.encode(), self.body)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Our hold on a key while the view runs. Pass it to ``complete`` or ``release``."""
+
+    redis_key: str
+    key_hash: str
+    pending: bytes
+    lease_ms: int
+    connection: str
+
+
+def pending_value(owner: str, fingerprint: Fingerprint) -> bytes:
+    """The value a claim writes: unique to this holder, and naming the request it runs."""
+    return b"%s %s %s" % (PENDING, owner.encode(), fingerprint.encode().encode())
+
+
+@dataclass(frozen=True)
+class Record:
+    """What an operator sees for a key (see :meth:`IdempotencyStore.lookup`)."""
+
+    key_hash: str
+    redis_key: str
+    state: str  # "in_flight" or "stored"
+    ttl_ms: int
+    fingerprint: Fingerprint | None
+    response: StoredResponse | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class UnreadableRecord(ValueError):
+    """A value under our key that we did not write (or a truncated one)."""
+
+
+def parse_value(value: bytes) -> tuple[bytes, Fingerprint, StoredResponse | None]:
+    """Split a stored value into (kind, fingerprint, response-or-None). Never executes data."""
+    try:
+        if value[:2] == PENDING + b" ":
+            _, _owner, fp = value.split(b" ", 2)
+            return PENDING, Fingerprint.decode(fp.decode("ascii")), None
+        if value[:2] == DONE + b" ":
+            head, body = value.split(b"\n", 1)
+            _, fp, meta_text = head.split(b" ", 2)
+            meta = json.loads(meta_text)
+            headers = tuple((str(k), str(v)) for k, v in meta["h"])
+            response = StoredResponse(int(meta["s"]), headers, body, meta.get("r"))
+            return DONE, Fingerprint.decode(fp.decode("ascii")), response
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnreadableRecord(str(exc)) from None
+    raise UnreadableRecord("unknown record kind")
