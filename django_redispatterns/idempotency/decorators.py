@@ -24,6 +24,7 @@ def idempotent(
     required: bool | None = None,
     methods: Collection[str] | None = None,
     lease: float | None = None,
+    max_lease: float | None = None,
     max_body_bytes: int | None = None,
     scope: ScopeFunc | None = None,
 ) -> Any:
@@ -36,7 +37,7 @@ def idempotent(
     """
     overrides = validated_overrides({
         "ttl": ttl, "required": required, "methods": methods, "lease": lease,
-        "max_body_bytes": max_body_bytes, "scope": scope})
+        "max_lease": max_lease, "max_body_bytes": max_body_bytes, "scope": scope})
 
     def decorate(func: V) -> V:
         if iscoroutinefunction(func):

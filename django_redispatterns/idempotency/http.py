@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+import weakref
 from dataclasses import dataclass
 from http.client import responses
 from inspect import iscoroutinefunction
@@ -27,6 +29,7 @@ from ..exceptions import (
     InvalidIdempotencyKey,
 )
 from ..problems import problem_response
+from . import heartbeat
 from .options import Options
 from .records import Claim, Fingerprint, StoredResponse
 from .request import adefault_scope, default_scope, fingerprint, parse_key
@@ -73,13 +76,25 @@ def to_stored(response: HttpResponse) -> StoredResponse:
 # --- before the view ---------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class Ticket:
-    """A claim held for one request, and what is needed to finish it."""
+    """A claim held for one request, and what is needed to settle it (store or free)."""
 
     claim: Claim
     fingerprint: Fingerprint
     options: Options
+    settled: bool = False
+
+    def take(self) -> bool:
+        """True for the one caller that settles this ticket; False for every later one."""
+        with _SETTLING:
+            if self.settled:
+                return False
+            self.settled = True
+            return True
+
+
+_SETTLING = threading.Lock()  # a ticket may be settled from the GC or a server's thread
 
 
 Decision = HttpResponse | Ticket | None  # answer now / run the view and finish / not covered
@@ -121,7 +136,7 @@ def start(request: HttpRequest, opts: Options) -> Decision:
         return _no_scope(opts)
     fp = fingerprint(request)
     try:
-        outcome = opts.store.begin(scope, key, fp, lease=opts.lease)
+        outcome = opts.store.begin(scope, key, fp, lease=opts.lease, max_lease=opts.max_lease)
     except (IdempotencyConflict, IdempotencyKeyReused, BackendUnavailable) as exc:
         return _refusal(request, exc)
     return _proceed(request, outcome, fp, opts, scope, key)
@@ -142,7 +157,8 @@ async def astart(request: HttpRequest, opts: Options) -> Decision:
         return _no_scope(opts)
     fp = fingerprint(request)
     try:
-        outcome = await opts.store.abegin(scope, key, fp, lease=opts.lease)
+        outcome = await opts.store.abegin(scope, key, fp, lease=opts.lease,
+                                          max_lease=opts.max_lease)
     except (IdempotencyConflict, IdempotencyKeyReused, BackendUnavailable) as exc:
         return _refusal(request, exc)
     return _proceed(request, outcome, fp, opts, scope, key)
@@ -182,6 +198,10 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 # --- after the view ----------------------------------------------------------------------
+# Every way a request can end settles its ticket exactly once: stored, or freed. The view's
+# response may be final (settled now), lazily rendered (settled once rendered, freed if
+# rendering raises or if the response is dropped unrendered), streaming (freed when the
+# server closes it), or not a response at all (freed now; Django then answers 500).
 
 
 _RELEASE = "release"  # what _plan answers when the key must be freed now
@@ -205,41 +225,43 @@ def _plan(ticket: Ticket, response: HttpResponseBase) -> StoredResponse | str | 
     return to_stored(response)
 
 
-def finish(ticket: Ticket, response: HttpResponseBase) -> HttpResponseBase:
+def finish(ticket: Ticket, response: Any) -> Any:
     """Store ``response`` for replay, or free the key (sync). Returns ``response``."""
-    if _needs_render(response):
-        response.add_post_render_callback(  # type: ignore[attr-defined]
-            lambda rendered: finish(ticket, rendered))
+    if not isinstance(response, HttpResponseBase):  # None, or not a response at all
+        release(ticket)
         return response
-    plan = _plan(ticket, response)
+    if _needs_render(response):
+        _settle_when_rendered(ticket, response)
+        return response
+    try:
+        plan = _plan(ticket, response)
+    except BaseException:
+        release(ticket)
+        raise
     if plan == _RELEASE:
         release(ticket)
     elif isinstance(plan, StoredResponse):
-        try:
-            kept = ticket.options.store.complete(ticket.claim, plan, ticket.fingerprint,
-                                                 ttl=ticket.options.ttl)
-        except redis.RedisError as exc:
-            _log_not_stored(ticket, exc)
-        else:
-            _check_kept(ticket, kept)
+        _store(ticket, plan)
     return response
 
 
-async def afinish(ticket: Ticket, response: HttpResponseBase) -> HttpResponseBase:
+async def afinish(ticket: Ticket, response: Any) -> Any:
     """Async twin of :func:`finish`."""
+    if not isinstance(response, HttpResponseBase):
+        await arelease(ticket)
+        return response
     if _needs_render(response):
-        return finish(ticket, response)  # rendering (and our callback) happens in a thread
-    plan = _plan(ticket, response)
+        _settle_when_rendered(ticket, response)  # Django renders it in a thread
+        return response
+    try:
+        plan = _plan(ticket, response)
+    except BaseException:
+        await arelease(ticket)
+        raise
     if plan == _RELEASE:
         await arelease(ticket)
     elif isinstance(plan, StoredResponse):
-        try:
-            kept = await ticket.options.store.acomplete(ticket.claim, plan, ticket.fingerprint,
-                                                        ttl=ticket.options.ttl)
-        except redis.RedisError as exc:
-            _log_not_stored(ticket, exc)
-        else:
-            _check_kept(ticket, kept)
+        await _astore(ticket, plan)
     return response
 
 
@@ -248,20 +270,91 @@ def _needs_render(response: HttpResponseBase) -> bool:
         response, "is_rendered", True)
 
 
+def _settle_when_rendered(ticket: Ticket, response: HttpResponseBase) -> None:
+    """Settle ``ticket`` once Django renders ``response`` (after every post-render callback
+    and ``process_template_response``), free it if rendering raises, and free it too if the
+    response is dropped without ever being rendered (a later middleware replaced it or
+    failed): then the heartbeat thread frees it once the response is garbage."""
+    own = response.__dict__.get("render")  # an instance-level render someone set before us
+    ref = weakref.ref(response)  # the wrapper must not keep the response alive
+    abandoned = weakref.finalize(response, _abandon, ticket)
+    abandoned.atexit = False
+
+    def render() -> Any:
+        target = ref()
+        assert target is not None  # Django calls response.render(): the response is alive
+        abandoned.detach()
+        try:
+            rendered = own() if own is not None else type(target).render(target)  # type: ignore[attr-defined]
+        except BaseException:
+            release(ticket)
+            raise
+        finish(ticket, rendered)
+        return rendered
+
+    response.render = render  # type: ignore[attr-defined]
+
+
+def _abandon(ticket: Ticket) -> None:
+    # Runs wherever the garbage collector runs (maybe an event loop): no Redis call here.
+    if ticket.take():
+        heartbeat.release_later(ticket.claim)
+
+
+def _store(ticket: Ticket, plan: StoredResponse) -> None:
+    if not ticket.take():
+        return
+    try:
+        kept = ticket.options.store.complete(ticket.claim, plan, ticket.fingerprint,
+                                             ttl=ticket.options.ttl)
+    except redis.RedisError as exc:
+        _log_not_stored(ticket, exc)
+    except BaseException:
+        heartbeat.release_later(ticket.claim)
+        raise
+    else:
+        _check_kept(ticket, kept)
+
+
+async def _astore(ticket: Ticket, plan: StoredResponse) -> None:
+    if not ticket.take():
+        return
+    try:
+        kept = await ticket.options.store.acomplete(ticket.claim, plan, ticket.fingerprint,
+                                                    ttl=ticket.options.ttl)
+    except redis.RedisError as exc:
+        _log_not_stored(ticket, exc)
+    except BaseException:  # cancelled mid-call: stored or not, an owner-checked free is right
+        heartbeat.release_later(ticket.claim)
+        raise
+    else:
+        _check_kept(ticket, kept)
+
+
 def release(ticket: Ticket) -> None:
-    """Free the key after a failure; never raises (the lease ends it otherwise)."""
+    """Free the key after a failure; never raises a Redis error (the lease ends it then)."""
+    if not ticket.take():
+        return
     try:
         ticket.options.store.release(ticket.claim)
     except redis.RedisError as exc:
         _log_not_freed(ticket, exc)
+    except BaseException:
+        heartbeat.release_later(ticket.claim)
+        raise
 
 
 async def arelease(ticket: Ticket) -> None:
-    """Async twin of :func:`release`."""
+    """Async twin of :func:`release`; cancelled mid-call, the heartbeat thread frees it."""
+    if not ticket.take():
+        return
     try:
         await ticket.options.store.arelease(ticket.claim)
     except redis.RedisError as exc:
         _log_not_freed(ticket, exc)
+    except BaseException:
+        heartbeat.release_later(ticket.claim)
+        raise
 
 
 def _log_not_freed(ticket: Ticket, exc: Exception) -> None:

@@ -28,6 +28,7 @@ class Options:
     meta_name: str
     ttl: float
     lease: float
+    max_lease: float
     methods: frozenset[str]
     required: bool
     max_body_bytes: int
@@ -52,6 +53,7 @@ def _options_for(config: Any) -> Options:
         meta_name=_meta_name(section["HEADER"]),
         ttl=float(section["TTL"]),
         lease=float(section["LEASE"]),
+        max_lease=float(section["MAX_LEASE"]),
         methods=frozenset(m.upper() for m in section["METHODS"]),
         required=section["REQUIRED"],
         max_body_bytes=section["MAX_BODY_BYTES"],
@@ -71,6 +73,13 @@ def _validate(section: Any) -> None:
                                  f"{section['HEADER']!r}.")
     if section["MAX_BODY_BYTES"] < 0:
         raise ConfigurationError(f"{where}['MAX_BODY_BYTES'] must be >= 0.")
+    _check_max_lease(section["LEASE"], section["MAX_LEASE"], f"{where}['MAX_LEASE']")
+
+
+def _check_max_lease(lease: float, max_lease: float, where: str) -> None:
+    if max_lease < lease:
+        raise ConfigurationError(f"{where} ({max_lease!r} s) must be at least the lease "
+                                 f"({lease!r} s): a claim lives one lease before any renewal.")
 
 
 def _import_scope(path: str) -> ScopeFunc:
@@ -94,7 +103,7 @@ def validated_overrides(given: dict[str, Any]) -> Overrides:
     out = {k: v for k, v in given.items() if v is not None}
     if "methods" in out:
         out["methods"] = frozenset(m.upper() for m in out["methods"])
-    for name in ("ttl", "lease", "max_body_bytes"):
+    for name in ("ttl", "lease", "max_lease", "max_body_bytes"):
         if name in out and not (isinstance(out[name], (int, float)) and out[name] > 0):
             raise ConfigurationError(f"@idempotent({name}=...) must be > 0, got {out[name]!r}")
     return tuple(sorted(out.items()))
@@ -102,7 +111,9 @@ def validated_overrides(given: dict[str, Any]) -> Overrides:
 
 @functools.lru_cache(maxsize=256)
 def _apply_cached(base: Options, overrides: Overrides) -> Options:
-    return replace(base, **dict(overrides))
+    applied = replace(base, **dict(overrides))
+    _check_max_lease(applied.lease, applied.max_lease, "@idempotent(max_lease=...)")
+    return applied
 
 
 def current(overrides: Overrides) -> Options:

@@ -8,6 +8,7 @@ Redis calls in :mod:`.operations`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Iterable
@@ -30,6 +31,9 @@ from .records import (
 logger = logging.getLogger("django_redispatterns.idempotency")
 
 Outcome = Claim | StoredResponse
+
+#: The longest a claim lives, renewals included, unless ``begin`` is told otherwise (seconds).
+DEFAULT_MAX_LEASE = 600.0
 
 
 class IdempotencyStore:
@@ -60,13 +64,14 @@ class IdempotencyStore:
 
     # --- the request path ---------------------------------------------------------------
 
-    def _claim_args(self, scope: str, key: str, fingerprint: Fingerprint,
-                    lease: float) -> Claim:
+    def _claim_args(self, scope: str, key: str, fingerprint: Fingerprint, lease: float,
+                    max_lease: float) -> Claim:
         redis_key, digest = self.redis_key(scope, key)
         pending = pending_value(secrets.token_hex(16), fingerprint)
-        return Claim(redis_key, digest, pending, max(1, int(lease * 1000)), self.connection)
+        return Claim(redis_key, digest, pending, _ms(min(lease, max_lease)), self.connection)
 
-    def begin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float) -> Outcome:
+    def begin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float,
+              max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
         """Claim ``key`` for a first run, or return the response stored for it.
 
         Returns a :class:`Claim` (run the view, then :meth:`complete` or :meth:`release`)
@@ -74,24 +79,33 @@ class IdempotencyStore:
         another holder's claim is live, :class:`IdempotencyKeyReused` (``.fields`` names the
         mismatch) for another request under the same key, :class:`BackendUnavailable` when
         Redis cannot answer. One round trip.
+
+        A claim lives ``lease`` seconds and is renewed by this process until it is completed
+        or released, but never past ``max_lease`` seconds from now.
         """
-        claim = self._claim_args(scope, key, fingerprint, lease)
+        claim = self._claim_args(scope, key, fingerprint, lease, max_lease)
         result = operations.claim(self.connection, claim.redis_key, claim.pending,
                                   claim.lease_ms)
-        return self._decide(claim, fingerprint, result)
+        return self._decide(claim, fingerprint, result, max_lease)
 
-    async def abegin(self, scope: str, key: str, fingerprint: Fingerprint, *,
-                     lease: float) -> Outcome:
-        """Async twin of :meth:`begin` (``redis.asyncio``)."""
-        claim = self._claim_args(scope, key, fingerprint, lease)
-        result = await operations.aclaim(self.connection, claim.redis_key, claim.pending,
-                                         claim.lease_ms)
-        return self._decide(claim, fingerprint, result)
+    async def abegin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float,
+                     max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
+        """Async twin of :meth:`begin` (``redis.asyncio``). Cancelled while the claim is on
+        its way, it frees the claim (if it landed) from the heartbeat thread."""
+        claim = self._claim_args(scope, key, fingerprint, lease, max_lease)
+        try:
+            result = await operations.aclaim(self.connection, claim.redis_key, claim.pending,
+                                             claim.lease_ms)
+        except asyncio.CancelledError:
+            heartbeat.release_later(claim)
+            raise
+        return self._decide(claim, fingerprint, result, max_lease)
 
-    def _decide(self, claim: Claim, fingerprint: Fingerprint, result: list[Any]) -> Outcome:
+    def _decide(self, claim: Claim, fingerprint: Fingerprint, result: list[Any],
+                max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
         if result[0] == 1 or (len(result) > 1 and result[1] == claim.pending):
             # Taken now, or by our own earlier send of this very call (a re-sent claim).
-            heartbeat.watch(claim)
+            heartbeat.watch(claim, max_lease)
             return claim
         value, pttl = result[1], int(result[2])
         if result[0] == 2:  # another Redis type under our key: as unreadable as garbage
