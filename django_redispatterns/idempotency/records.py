@@ -33,14 +33,16 @@ class Fingerprint:
     body: str
 
     @classmethod
-    def of(cls, method: str, path: str, query: str, content_type: str,
+    def of(cls, method: str, path: str, query: str | bytes, content_type: str,
            body: bytes | Iterable[bytes]) -> Fingerprint:
-        """``body`` is the raw bytes, or chunks (e.g. a parsed multipart form) to hash in order."""
+        """``query`` is the query string's bytes as the client sent them (text is taken as
+        UTF-8); ``body`` is the raw bytes, or chunks (e.g. a parsed multipart form) to hash
+        in order."""
         chunks = (body,) if isinstance(body, bytes) else body
+        raw_query = query if isinstance(query, bytes) else query.encode("utf-8", "surrogateescape")
         return cls(
             method=method.upper(),
-            path=_digest(path.encode("utf-8", "surrogateescape"), b"\0",
-                         query.encode("latin-1", "replace")),
+            path=_digest(path.encode("utf-8", "surrogateescape"), b"\0", raw_query),
             body=_digest(content_type.encode("latin-1", "replace"), b"\0", *chunks),
         )
 

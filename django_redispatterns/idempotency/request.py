@@ -84,7 +84,7 @@ def _session_scope(request: HttpRequest) -> str | None:
 
 
 def fingerprint(request: HttpRequest) -> Fingerprint:
-    """Method, path + query, content type + body of ``request``.
+    """Method, path + the query string's raw bytes, content type + body of ``request``.
 
     Multipart bodies are fingerprinted as their parsed fields and files (names, sizes,
     contents), without the boundary: a browser re-submitting a form picks a new boundary,
@@ -99,8 +99,26 @@ def fingerprint(request: HttpRequest) -> Fingerprint:
             body = request.body
         except RawPostDataException:  # the stream was consumed by request.POST
             body = _form_chunks(request)
-    return Fingerprint.of(request.method or "", request.path,
-                          request.META.get("QUERY_STRING", ""), content_type, body)
+    return Fingerprint.of(request.method or "", request.path, raw_query(request), content_type,
+                          body)
+
+
+def raw_query(request: HttpRequest) -> bytes:
+    """The query string's bytes as the client sent them, the same under WSGI and ASGI.
+
+    Django decodes it per handler: WSGI gives one character per byte (latin-1, as PEP 3333
+    says), ASGI gives UTF-8 text; the ASGI scope still holds the bytes.
+    """
+    scope = getattr(request, "scope", None)
+    if scope is not None:
+        query = scope.get("query_string", b"")
+        # Django's AsyncClient puts text here; a server puts bytes.
+        return query if isinstance(query, bytes) else query.encode("utf-8", "surrogateescape")
+    text = request.META.get("QUERY_STRING", "")
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:  # not from a WSGI server (a hand-built request): plain text
+        return text.encode("utf-8", "surrogateescape")
 
 
 def _form_chunks(request: HttpRequest) -> Iterator[bytes]:
