@@ -14,8 +14,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from http.client import responses
-from inspect import iscoroutinefunction
-from typing import Any
+from typing import Any, cast
 
 import redis
 from asgiref.sync import async_to_sync
@@ -30,7 +29,7 @@ from ..exceptions import (
 )
 from ..problems import problem_response
 from . import heartbeat
-from .options import Options
+from .options import AsyncScopeFunc, Options
 from .records import Claim, Fingerprint, StoredResponse
 from .request import adefault_scope, default_scope, fingerprint, parse_key
 from .store import IdempotencyStore
@@ -57,19 +56,22 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> HttpResponse:
 
 
 def replay(stored: StoredResponse) -> HttpResponse:
-    response = HttpResponse(stored.body, status=stored.status, reason=stored.reason)
-    del response["Content-Type"]
-    for name, value in stored.headers:
-        response[name] = value
-    response[REPLAYED_HEADER] = "true"
+    """The stored answer: status, reason, headers in their order and body, as they were."""
+    headers = dict(stored.headers)
+    headers[REPLAYED_HEADER] = "true"
+    response = HttpResponse(stored.body, status=stored.status, reason=stored.reason,
+                            headers=headers)
+    if not any(name.lower() == "content-type" for name in headers):
+        del response["Content-Type"]  # the view sent none; HttpResponse added its default
     return response
 
 
-def to_stored(response: HttpResponse) -> StoredResponse:
+def to_stored(response: HttpResponse, content: bytes | None = None) -> StoredResponse:
     headers = tuple((k, v) for k, v in response.items() if k.lower() not in NOT_STORED_HEADERS)
     reason = response.reason_phrase
     default = responses.get(response.status_code, "Unknown Status Code")
-    return StoredResponse(response.status_code, headers, response.content,
+    return StoredResponse(response.status_code, headers,
+                          response.content if content is None else content,
                           None if reason == default else reason)
 
 
@@ -128,8 +130,8 @@ def start(request: HttpRequest, opts: Options) -> Decision:
         return key
     if opts.scope is None:
         scope = default_scope(request)
-    elif iscoroutinefunction(opts.scope):
-        scope = async_to_sync(opts.scope)(request)
+    elif opts.scope_is_async:
+        scope = async_to_sync(cast(AsyncScopeFunc, opts.scope))(request)
     else:
         scope = opts.scope(request)
     if not scope:
@@ -149,8 +151,8 @@ async def astart(request: HttpRequest, opts: Options) -> Decision:
         return key
     if opts.scope is None:
         scope = await adefault_scope(request)
-    elif iscoroutinefunction(opts.scope):
-        scope = await opts.scope(request)
+    elif opts.scope_is_async:
+        scope = await cast(AsyncScopeFunc, opts.scope)(request)
     else:
         scope = opts.scope(request)
     if not scope:
@@ -216,13 +218,14 @@ def _plan(ticket: Ticket, response: HttpResponseBase) -> StoredResponse | str | 
         response._resource_closers.append(  # type: ignore[attr-defined]
             functools.partial(release, ticket))
         return None
-    size = len(response.content)
+    content = response.content
+    size = len(content)
     if size > ticket.options.max_body_bytes:
         logger.warning("idempotency: response for %s is %d bytes (MAX_BODY_BYTES %d); passed "
                        "through unstored and the key freed", ticket.claim.key_hash[:12], size,
                        ticket.options.max_body_bytes)
         return _RELEASE
-    return to_stored(response)
+    return to_stored(response, content)
 
 
 def finish(ticket: Ticket, response: Any) -> Any:

@@ -27,9 +27,9 @@ def record_key(digest: str) -> str:
     return keys.make_key(FEATURE, digest)
 
 
-def claim(conn: str, redis_key: str, pending: bytes, lease_ms: int) -> list[Any]:
-    """``SET NX PX`` the pending value: ``[1]`` if taken, else ``[0, value, pttl]``, or
-    ``[2, error, pttl]`` when a value of another Redis type holds the key."""
+def claim(conn: str, redis_key: str, pending: bytes, lease_ms: int) -> Any:
+    """``SET NX PX`` the pending value: ``1`` if taken, else the record that holds the key,
+    or ``[0, pttl]`` when something we did not write holds it."""
     try:
         return scripts.script("idempotency_claim")(
             connection.client_for(conn), [redis_key], [pending, lease_ms])
@@ -37,7 +37,7 @@ def claim(conn: str, redis_key: str, pending: bytes, lease_ms: int) -> list[Any]
         raise _unavailable(exc) from exc
 
 
-async def aclaim(conn: str, redis_key: str, pending: bytes, lease_ms: int) -> list[Any]:
+async def aclaim(conn: str, redis_key: str, pending: bytes, lease_ms: int) -> Any:
     """Async twin of :func:`claim`."""
     try:
         return await scripts.script("idempotency_claim").acall(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from importlib import import_module
+from inspect import iscoroutinefunction
 from typing import Any, cast
 
 from django.http import HttpRequest
@@ -17,6 +18,7 @@ from ..exceptions import ConfigurationError
 from .store import IdempotencyStore
 
 ScopeFunc = Callable[[HttpRequest], "str | None"]
+AsyncScopeFunc = Callable[[HttpRequest], Awaitable["str | None"]]
 Overrides = tuple[tuple[str, Any], ...]
 
 
@@ -37,6 +39,10 @@ class Options:
 
     def covers(self, method: str | None) -> bool:
         return method is not None and method.upper() in self.methods
+
+    @functools.cached_property
+    def scope_is_async(self) -> bool:
+        return iscoroutinefunction(self.scope)
 
 
 def _meta_name(header: str) -> str:
@@ -94,7 +100,7 @@ def _import_scope(path: str) -> ScopeFunc:
 
 def options(**overrides: Any) -> Options:
     """The settings in force now, with ``overrides`` (non-None values) applied."""
-    return current(validated_overrides(overrides))
+    return current(validated_overrides(overrides) if overrides else ())
 
 
 def validated_overrides(given: dict[str, Any]) -> Overrides:

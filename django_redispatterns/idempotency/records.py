@@ -19,6 +19,7 @@ from typing import Any
 
 PENDING = b"P"
 DONE = b"D"
+_META_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)  # made once, not per call
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,7 @@ class StoredResponse:
     reason: str | None = None
 
     def encode(self, fingerprint: Fingerprint) -> bytes:
-        meta = json.dumps({"s": self.status, "r": self.reason, "h": self.headers},
-                          separators=(",", ":"), ensure_ascii=True)
+        meta = _META_JSON.encode({"s": self.status, "r": self.reason, "h": self.headers})
         return b"%s %s %s\n%s" % (DONE, fingerprint.encode().encode(), meta.encode(), self.body)
 
 

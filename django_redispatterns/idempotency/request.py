@@ -31,7 +31,7 @@ def parse_key(raw: str) -> str:
         raise InvalidIdempotencyKey("the key is empty")
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidIdempotencyKey(f"the key is longer than {MAX_KEY_LENGTH} characters")
-    if not all(" " <= c <= "~" for c in key):
+    if not (key.isascii() and key.isprintable()):  # " " to "~"
         raise InvalidIdempotencyKey("the key must be printable ASCII (no control characters)")
     return key
 

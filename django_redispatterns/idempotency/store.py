@@ -9,7 +9,9 @@ Redis calls in :mod:`.operations`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -67,7 +69,7 @@ class IdempotencyStore:
     def _claim_args(self, scope: str, key: str, fingerprint: Fingerprint, lease: float,
                     max_lease: float) -> Claim:
         redis_key, digest = self.redis_key(scope, key)
-        pending = pending_value(secrets.token_hex(16), fingerprint)
+        pending = pending_value(_owner_token(), fingerprint)
         return Claim(redis_key, digest, pending, _ms(min(lease, max_lease)), self.connection)
 
     def begin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float,
@@ -101,28 +103,20 @@ class IdempotencyStore:
             raise
         return self._decide(claim, fingerprint, result, max_lease)
 
-    def _decide(self, claim: Claim, fingerprint: Fingerprint, result: list[Any],
+    def _decide(self, claim: Claim, fingerprint: Fingerprint, result: Any,
                 max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
-        if result[0] == 1 or (len(result) > 1 and result[1] == claim.pending):
+        if result == 1 or result == claim.pending:
             # Taken now, or by our own earlier send of this very call (a re-sent claim).
             heartbeat.watch(claim, max_lease)
             return claim
-        value, pttl = result[1], int(result[2])
-        if result[0] == 2:  # another Redis type under our key: as unreadable as garbage
-            logger.error("idempotency record %s has the wrong Redis type (%s)",
-                         claim.key_hash[:12], value)
-            raise _conflict(claim, retry_after=1, why="the stored record is unreadable")
-        if value is None:  # expired between SET NX and GET: the holder just went away
-            raise _conflict(claim, retry_after=0, why="a previous claim just ended")
+        if isinstance(result, list):  # a value we did not write, or another Redis type
+            raise _unreadable(claim, "not a record we wrote", retry_after=max(1, result[1] // 1000))
         try:
-            kind, stored_fp, response = parse_value(value)
-        except UnreadableRecord as exc:
-            logger.error("idempotency record %s is unreadable (%s); answering 409 until it "
-                         "expires or an operator deletes it", claim.key_hash[:12], exc)
-            raise _conflict(claim, retry_after=max(1, pttl // 1000),
-                            why="the stored record is unreadable") from None
-        fields = stored_fp.mismatch(fingerprint)
-        if fields:
+            kind, stored_fp, response = parse_value(result)
+        except UnreadableRecord as exc:  # ours, but truncated or damaged
+            raise _unreadable(claim, str(exc), retry_after=1) from None
+        if stored_fp != fingerprint:
+            fields = stored_fp.mismatch(fingerprint)
             raise IdempotencyKeyReused(
                 f"idempotency key reused with a different {', '.join(fields)}",
                 fields=tuple(fields), key_hash=claim.key_hash)
@@ -187,8 +181,34 @@ class IdempotencyStore:
         return operations.scan(self.connection, count)
 
 
+def _new_process_prefix() -> None:
+    global _process_prefix
+    _process_prefix = secrets.token_hex(8)
+
+
+_process_prefix = ""
+_new_process_prefix()
+os.register_at_fork(after_in_child=_new_process_prefix)
+_claims_taken = itertools.count()
+
+
+def _owner_token() -> str:
+    """Unique to one claim: a random prefix per process (new after a fork) and a counter.
+
+    Owner tokens tell our claim from a later holder's; they need to be unique, not secret
+    (only who can write to Redis could misuse one), so no system call per request.
+    """
+    return f"{_process_prefix}{next(_claims_taken):x}"
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+def _unreadable(claim: Claim, why: str, *, retry_after: int) -> IdempotencyConflict:
+    logger.error("idempotency record %s is unreadable (%s); answering 409 until it expires or "
+                 "an operator deletes it", claim.key_hash[:12], why)
+    return _conflict(claim, retry_after=retry_after, why="the stored record is unreadable")
 
 
 def _conflict(claim: Claim, *, retry_after: int, why: str) -> IdempotencyConflict:
