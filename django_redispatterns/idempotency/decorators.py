@@ -9,7 +9,7 @@ from typing import Any, TypeVar, cast
 
 from django.http import HttpRequest
 
-from . import http
+from . import decide, settle
 from .options import ScopeFunc, current, validated_overrides
 
 V = TypeVar("V", bound=Callable[..., Any])
@@ -43,31 +43,31 @@ def idempotent(
         if iscoroutinefunction(func):
             @functools.wraps(func)
             async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                decision = await http.astart(request, current(overrides))
-                if not isinstance(decision, http.Ticket):
+                decision = await decide.astart(request, current(overrides))
+                if not isinstance(decision, settle.Ticket):
                     return decision if decision is not None else await func(
                         request, *args, **kwargs)
                 try:
                     response = await func(request, *args, **kwargs)
                 except BaseException:
-                    await http.arelease(decision)
+                    await settle.arelease(decision)
                     raise
-                return await http.afinish(decision, response)
+                return await settle.afinish(decision, response)
 
             setattr(async_view, HANDLED_ATTR, True)
             return cast(V, async_view)
 
         @functools.wraps(func)
         def sync_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            decision = http.start(request, current(overrides))
-            if not isinstance(decision, http.Ticket):
+            decision = decide.start(request, current(overrides))
+            if not isinstance(decision, settle.Ticket):
                 return decision if decision is not None else func(request, *args, **kwargs)
             try:
                 response = func(request, *args, **kwargs)
             except BaseException:
-                http.release(decision)
+                settle.release(decision)
                 raise
-            return http.finish(decision, response)
+            return settle.finish(decision, response)
 
         setattr(sync_view, HANDLED_ATTR, True)
         return cast(V, sync_view)

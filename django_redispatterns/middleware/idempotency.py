@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from ..idempotency import http
+from ..idempotency import decide, settle
 from ..idempotency.decorators import handled_elsewhere
 from ..idempotency.options import options
 
@@ -41,10 +41,10 @@ class IdempotencyMiddleware:
         except BaseException:
             ticket = request.__dict__.pop(_TICKET, None)
             if ticket is not None:
-                http.release(ticket)
+                settle.release(ticket)
             raise
         ticket = request.__dict__.pop(_TICKET, None)
-        return http.finish(ticket, response) if ticket is not None else response
+        return settle.finish(ticket, response) if ticket is not None else response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         try:
@@ -52,26 +52,26 @@ class IdempotencyMiddleware:
         except BaseException:
             ticket = request.__dict__.pop(_TICKET, None)
             if ticket is not None:
-                await http.arelease(ticket)
+                await settle.arelease(ticket)
             raise
         ticket = request.__dict__.pop(_TICKET, None)
-        return await http.afinish(ticket, response) if ticket is not None else response
+        return await settle.afinish(ticket, response) if ticket is not None else response
 
     def process_view(self, request: HttpRequest, view: Callable[..., Any], args: Any,
                      kwargs: Any) -> HttpResponseBase | None:
         if handled_elsewhere(request, view):
             return None
-        return self._keep(request, http.start(request, options()))
+        return self._keep(request, decide.start(request, options()))
 
     async def _aprocess_view(self, request: HttpRequest, view: Callable[..., Any], args: Any,
                              kwargs: Any) -> HttpResponseBase | None:
         if handled_elsewhere(request, view):
             return None
-        return self._keep(request, await http.astart(request, options()))
+        return self._keep(request, await decide.astart(request, options()))
 
     @staticmethod
-    def _keep(request: HttpRequest, decision: http.Decision) -> HttpResponseBase | None:
-        if isinstance(decision, http.Ticket):
+    def _keep(request: HttpRequest, decision: decide.Decision) -> HttpResponseBase | None:
+        if isinstance(decision, settle.Ticket):
             request.__dict__[_TICKET] = decision
             return None
         return decision
