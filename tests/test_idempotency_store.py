@@ -182,3 +182,19 @@ def test_command_reports_an_unreadable_record(store: IdempotencyStore,
     key, _ = IdempotencyStore.redis_key("user:9", "bad")
     redis_client.set(key, b"junk", ex=60)
     assert json.loads(run("show", "--user", "9", "bad"))["state"] == "unreadable"
+
+
+@pytest.mark.parametrize("reason", [None, "Créé", 'a "quoted" \\ reason'])
+def test_a_record_is_the_bytes_it_always_was(reason: str | None) -> None:
+    # Records outlive a deploy (TTL 24 h): the layout written and read must not drift.
+    from django_redispatterns.idempotency.records import parse_value
+
+    headers = (("Content-Type", "text/plain; charset=utf-8"), ("X-Odd", 'é "q" \\ \t\x7f'),
+               ("Link", '</next>; rel="next"'))
+    response = StoredResponse(299, headers, b"\xff binary\n body with a newline", reason)
+    meta = json.dumps({"s": 299, "r": reason, "h": headers}, separators=(",", ":"),
+                      ensure_ascii=True)
+    value = response.encode(FP)
+    assert value == b"D " + FP.encode().encode() + b" " + meta.encode() + b"\n" + response.body
+    kind, encoded, parsed = parse_value(value)
+    assert (kind, encoded, parsed) == (b"D", FP.encode().encode(), response)

@@ -46,7 +46,7 @@ def replay(stored: StoredResponse) -> HttpResponse:
     headers[REPLAYED_HEADER] = "true"
     response = HttpResponse(stored.body, status=stored.status, reason=stored.reason,
                             headers=headers)
-    if not any(name.lower() == "content-type" for name in headers):
+    if "Content-Type" not in headers and not any(n.lower() == "content-type" for n in headers):
         del response["Content-Type"]  # the view sent none; HttpResponse added its default
     return response
 

@@ -26,6 +26,7 @@ from .records import (
     Record,
     StoredResponse,
     UnreadableRecord,
+    decode_fingerprint,
     parse_value,
     pending_value,
 )
@@ -110,13 +111,15 @@ class IdempotencyStore:
             heartbeat.watch(claim, max_lease)
             return claim
         if isinstance(result, list):  # a value we did not write, or another Redis type
-            raise _unreadable(claim, "not a record we wrote", retry_after=max(1, result[1] // 1000))
+            raise _unreadable(claim, "not a record we wrote",
+                              retry_after=max(1, result[1] // 1000))
         try:
             kind, stored_fp, response = parse_value(result)
+            fields = ([] if stored_fp == fingerprint.encoded  # the same request: the usual case
+                      else decode_fingerprint(stored_fp).mismatch(fingerprint))
         except UnreadableRecord as exc:  # ours, but truncated or damaged
             raise _unreadable(claim, str(exc), retry_after=1) from None
-        if stored_fp != fingerprint:
-            fields = stored_fp.mismatch(fingerprint)
+        if fields:
             raise IdempotencyKeyReused(
                 f"idempotency key reused with a different {', '.join(fields)}",
                 fields=tuple(fields), key_hash=claim.key_hash)
@@ -165,7 +168,8 @@ class IdempotencyStore:
         if value is None:
             return None
         try:
-            kind, fp, response = parse_value(value)
+            kind, encoded, response = parse_value(value)
+            fp = decode_fingerprint(encoded)
         except UnreadableRecord as exc:
             return Record(digest, redis_key, "unreadable", pttl, None,
                           extra={"error": str(exc), "size": len(value)})
