@@ -65,13 +65,14 @@ def send_twice(url: str, asynchronous: bool) -> list[int]:
 # --- the endings after the view ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["render", "none"])
+@pytest.mark.parametrize("how", ["render", "none", "raise", "500"])
 @pytest.mark.parametrize("handler", ["wsgi", "asgi"])
 @pytest.mark.parametrize("view", ["sync", "async"])
 @pytest.mark.parametrize("via", ["settled", "plain"])  # the decorator / the middleware
-def test_a_failure_after_the_view_frees_the_claim(redis_client: redis.Redis, via: str,
-                                                   view: str, handler: str, how: str) -> None:
-    # The decorator used to leave these claims behind (409 for a day, renewed for a day).
+def test_a_failed_request_frees_the_claim(redis_client: redis.Redis, via: str, view: str,
+                                          handler: str, how: str) -> None:
+    # The decorator used to leave the claims of "render" and "none" behind (409 for a day,
+    # renewed for a day).
     with idem_settings():
         statuses = send_twice(f"/{via}/{view}/?how={how}", handler == "asgi")
     assert statuses == [500, 500]  # the retry ran the view again: not 409
@@ -79,12 +80,14 @@ def test_a_failure_after_the_view_frees_the_claim(redis_client: redis.Redis, via
     assert record_keys(redis_client) == []
 
 
+@pytest.mark.parametrize("how", ["ok", "template"])
 @pytest.mark.parametrize("handler", ["wsgi", "asgi"])
 @pytest.mark.parametrize("view", ["sync", "async"])
-def test_a_lazily_rendered_response_is_stored_once_rendered(redis_client: redis.Redis,
-                                                            view: str, handler: str) -> None:
+@pytest.mark.parametrize("via", ["settled", "plain"])
+def test_a_response_is_stored_and_replayed(redis_client: redis.Redis, via: str, view: str,
+                                           handler: str, how: str) -> None:
     with idem_settings():
-        first, again = send_twice(f"/settled/{view}/?how=template", handler == "asgi")
+        first, again = send_twice(f"/{via}/{view}/?how={how}", handler == "asgi")
     assert first == again == 201
     assert runs(redis_client, "ending" if view == "sync" else "aending") == 1  # replayed
 

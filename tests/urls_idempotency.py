@@ -155,8 +155,9 @@ class DrfCharge(APIView):
 # --- exit paths that must still settle the claim ---------------------------------------------
 # One view per way a request can end; ``settled/`` (decorated) and ``plain/`` (the middleware)
 # serve the same views. ``?how=`` picks the ending: ``render`` (a lazily rendered response whose
-# rendering raises after the view returned), ``none`` (the view returns None), ``sleep`` (a
-# long async view, to be cancelled), ``template`` (a lazy response rendered fine).
+# rendering raises after the view returned), ``none`` (the view returns None), ``raise``,
+# ``500``, ``ok`` (a final 201), ``template`` (a lazy response rendered fine); ``?sleep=`` makes
+# the async view long, to be cancelled.
 
 
 class _Boom:
@@ -170,6 +171,11 @@ def _ending(request: HttpRequest, name: str) -> Any:
     how = request.GET.get("how", "")
     if how == "none":
         return None
+    if how == "raise":
+        raise RuntimeError("the view failed")
+    if how in ("500", "ok"):
+        status = 500 if how == "500" else 201
+        return JsonResponse({"view": name, "n": time.time_ns()}, status=status)
     from django.template import engines
 
     template = engines["django"].from_string("rendered {{ n }} {{ boom.x }}" if how == "render"
