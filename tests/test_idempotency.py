@@ -1,4 +1,4 @@
-"""Idempotency keys over HTTP: every row of SPEC section 4's table, sync and async."""
+"""Idempotency keys over HTTP: every row of docs/idempotency.md's table, sync and async."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Redis-level store: owner checks, re-sent calls (SPEC D4), TTLs, key names, operators."""
+"""The Redis-level store: owner checks, re-sent calls (a lost reply, sent again), TTLs, key names,
+operators."""
 
 from __future__ import annotations
 
