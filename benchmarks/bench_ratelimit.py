@@ -2,10 +2,13 @@
 
 Scenarios (one process, one Redis, interleaved rounds — see benchmarks/harness.py):
 1. fixed window: ours vs django-ratelimit's ``is_ratelimited`` vs ``limits`` fixed window,
-   and the floor: one bare EVALSHA (``INCR``) on the same client;
+   and the floor: one bare EVALSHA of ``INCR`` + first-hit ``PEXPIRE`` on the same client;
 2. sliding window: ours (exact log) vs ``limits`` moving window and sliding-window counter;
 3. token bucket (GCRA): ours vs the floor (none of the anchors has one without a module);
-4. middleware overhead on a trivial view (one rule), vs the bare view.
+4. middleware on a trivial view (one rule) vs a bare middleware making one EVALSHA of the
+   floor script, vs the bare view.
+Each scenario also prints our cost relative to the floor, paired per round (the floor's
+rate divided by ours in the same round, median over rounds): < 1.10 means within 10 %.
 Rates are high enough that every decision is "allowed" (the common path). Ours includes
 identity hashing (HMAC), key building and everything the headers need; ``limits`` gets a
 plain key and its ``hit()`` answers only yes/no, so it is also shown with the
@@ -29,7 +32,10 @@ from django_redispatterns.ratelimit import RateLimiter
 from django_redispatterns.scripts import LuaScript
 
 RATE = "1000000/h"
-FLOOR = LuaScript("bench_floor", b"return redis.call('INCR', KEYS[1])")
+FLOOR = LuaScript("bench_floor", b"local n = redis.call('INCR', KEYS[1]) "
+                                 b"if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end "
+                                 b"return n")
+FLOOR_TTL = 3_600_000
 
 
 def _latency(fn: Callable[[], object], n: int = 1000) -> tuple[float, float]:
@@ -53,13 +59,22 @@ def _floor(client: Any) -> Callable[[], object]:
     key = "rptest:bench:floor"
 
     def call() -> object:
-        return FLOOR(client, [key])
+        return FLOOR(client, [key], [FLOOR_TTL])
 
     return call
 
 
-def _scenario(title: str, contenders: dict[str, Callable[[], object]]) -> None:
-    compare(title, contenders, ops=1000, rounds=5, warmup=100)
+def _paired(ours: list[float], base: list[float]) -> float:
+    """Our cost relative to ``base``: median over rounds of base rate / our rate."""
+    return statistics.median(b / o for o, b in zip(ours, base, strict=True))
+
+
+def _scenario(title: str, contenders: dict[str, Callable[[], object]],
+              floor: str = "raw EVALSHA floor (INCR+PEXPIRE)") -> None:
+    results = {r.contender: r for r in compare(title, contenders, ops=1000, rounds=9,
+                                               warmup=200)}
+    ours = next(iter(results.values()))
+    print(f"ours / floor cost, paired per round: x{_paired(ours.rates, results[floor].rates):.3f}")
     _print_latency(contenders)
 
 
@@ -82,7 +97,7 @@ def run() -> None:
     counter = strategies.SlidingWindowCounterRateLimiter(limits_storage)
     _scenario("rate limit decision: fixed window", {
         "ours fixed_window": ours("fixed_window"),
-        "raw EVALSHA floor (INCR)": _floor(client),
+        "raw EVALSHA floor (INCR+PEXPIRE)": _floor(client),
         "django-ratelimit is_ratelimited": lambda: drl.is_ratelimited(
             request, group="bench", key="ip", rate="1000000/h", increment=True),
         "limits FixedWindow (hit only)": lambda: fixed.hit(item, "bench-fixed", "203.0.113.9"),
@@ -92,7 +107,7 @@ def run() -> None:
     })
     _scenario("rate limit decision: sliding window", {
         "ours sliding_window (exact log)": ours("sliding_window"),
-        "raw EVALSHA floor (INCR)": _floor(client),
+        "raw EVALSHA floor (INCR+PEXPIRE)": _floor(client),
         "limits MovingWindow (hit only)": lambda: moving.hit(item, "bench-moving", "203.0.113.9"),
         "limits MovingWindow + window stats": lambda: (
             moving.hit(item, "bench-moving", "203.0.113.9"),
@@ -101,7 +116,7 @@ def run() -> None:
     })
     _scenario("rate limit decision: token bucket (GCRA)", {
         "ours token_bucket": ours("token_bucket"),
-        "raw EVALSHA floor (INCR)": _floor(client),
+        "raw EVALSHA floor (INCR+PEXPIRE)": _floor(client),
     })
 
     from django_redispatterns.middleware.ratelimit import RateLimitMiddleware
@@ -109,17 +124,30 @@ def run() -> None:
     def view(request: Any) -> HttpResponse:
         return HttpResponse("ok")
 
+    def bare_middleware(request: Any) -> HttpResponse:
+        FLOOR(client, ["rptest:bench:mw:" + request.META["REMOTE_ADDR"]], [FLOOR_TTL])
+        return view(request)
+
     section = dict(get_config().feature("RATELIMIT"))
     rules = [{"path": "^/", "rate": RATE, "algorithm": "fixed_window"}]
     with override_settings(REDIS_PATTERNS={"CONNECTION": "default", "KEY_PREFIX": "rptest",
                                            "RATELIMIT": {**section, "RULES": rules}}):
         middleware = RateLimitMiddleware(view)
-        factory = RequestFactory()  # a fresh request each time, for both contenders
-        _scenario("per-request overhead: RateLimitMiddleware on a trivial view", {
+        factory = RequestFactory()  # a fresh request each time, for every contender
+        title = "per-request overhead: RateLimitMiddleware on a trivial view"
+        results = compare(title, {
             "view + RateLimitMiddleware (1 rule)": lambda: middleware(
                 factory.get("/", REMOTE_ADDR="203.0.113.9")),
+            "view + bare one-EVALSHA middleware": lambda: bare_middleware(
+                factory.get("/", REMOTE_ADDR="203.0.113.9")),
             "bare view": lambda: view(factory.get("/", REMOTE_ADDR="203.0.113.9")),
-        })
+        }, ops=1000, rounds=9, warmup=200)
+        ours, bare_mw, bare = (r.rates for r in results)
+        added = statistics.median(
+            (1 / o - 1 / v) / (1 / b - 1 / v) for o, b, v in zip(ours, bare_mw, bare, strict=True))
+        print("ours / bare middleware, per request, paired per round: "
+              f"x{_paired(ours, bare_mw):.3f}")
+        print(f"added cost over the bare view, ours / bare middleware, paired: x{added:.3f}")
     for key in client.scan_iter(match="rptest:*", count=1000):
         client.unlink(key)
     limits_storage.reset()

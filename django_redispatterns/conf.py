@@ -53,6 +53,8 @@ SCHEMA: dict[str, Any] = {
         "IPV6_PREFIX": ((int,), 64),
         # Dotted path of a view answering blocked requests (default: built-in 429).
         "VIEW": (_optional_str, None),
+        # Also send the older RateLimit-Limit/-Remaining/-Reset trio (docs/ratelimit.md).
+        "LEGACY_HEADERS": ((bool,), True),
     },
     "IDEMPOTENCY": {
         "CONNECTION": (_optional_str, None),
@@ -186,11 +188,11 @@ def get_config() -> Config:
     return build_config(getattr(settings, SETTING_NAME, {}))
 
 
-@receiver(setting_changed)
+@receiver(setting_changed, dispatch_uid="django_redispatterns.conf.reset_config")
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    # A new Config object also for the settings that what is derived from it depends on
+    # (key names hash with SECRET_KEY; connections name CACHES aliases), so a cache may
+    # key on the Config object. Each layer above resets its own state with its own
+    # receiver (clients in ``connection``, the key secret in ``keys``).
     if setting in (SETTING_NAME, "CACHES", "SECRET_KEY"):
         get_config.cache_clear()
-        from . import connection, keys
-
-        connection.reset_clients()
-        keys.reset_secret()

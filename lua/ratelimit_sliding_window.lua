@@ -2,55 +2,86 @@
 -- KEYS[1]: log (sorted set).
 -- ARGV[1]: limit; ARGV[2]: window in ms; ARGV[3]: cost (0 = peek, writes nothing);
 -- ARGV[4]: request id, unique per hit: it is the member, so hits at equal timestamps never
---          collide and a re-sent call (SPEC D4) finds its member and counts nothing.
--- Returns: {allowed (1/0), limit, remaining, reset_after_ms, retry_after_ms}; reset_after is
--- when the oldest logged hit leaves the window (the next unit of quota returns).
+--          collide and a re-sent call finds its member and counts nothing.
+-- Returns: one string "<allowed 1|0> <remaining> <reset_after_ms> <retry_after_ms>";
+-- reset_after is when the oldest logged hit leaves the window (the next unit of quota
+-- returns).
 -- Rejected hits are not logged. Trim and PEXPIRE happen in this script: the log holds at
--- most `limit` members and expires one window after its newest hit.
+-- most `limit` members and expires one window after its newest hit. A hit of cost n logs n
+-- members (rid, rid#2 .. rid#n), added in chunks so that any cost up to the limit fits
+-- Lua's argument stack.
+-- An admitted hit runs five commands (TIME, ZRANGE, ZCARD, ZADD, PEXPIRE): the trim runs
+-- only when the oldest hit has left the window, which most calls can tell from ZRANGE.
 local limit = tonumber(ARGV[1])
-local window_us = tonumber(ARGV[2]) * 1000
+local window_us = ARGV[2] * 1000
 local cost = tonumber(ARGV[3])
 local rid = ARGV[4]
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window_us)
-local count = redis.call('ZCARD', KEYS[1])
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+if oldest and oldest + window_us <= now then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window_us)
+  oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+end
+local count = 0
+if oldest then count = redis.call('ZCARD', KEYS[1]) end
 
-local function until_free(n)
-  -- µs until the n-th oldest hit (1-based) leaves the window
-  local entry = redis.call('ZRANGE', KEYS[1], n - 1, n - 1, 'WITHSCORES')
-  if entry[2] == nil then return 0 end
-  return math.max(tonumber(entry[2]) + window_us - now, 0)
+if cost == 1 and count < limit then  -- the common case, inline
+  -- NX: a re-sent call finds its member already logged and adds nothing.
+  if redis.call('ZADD', KEYS[1], 'NX', now, rid) == 1 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    count = count + 1
+  end
+  local reset = window_us
+  if oldest then reset = oldest + window_us - now end
+  return '1 ' .. (limit - count) .. ' ' .. math.ceil(reset / 1000) .. ' 0'
 end
 
-local function ms(us) return math.ceil(us / 1000) end
+local function reset_after()
+  -- ms until the oldest logged hit leaves the window
+  if not oldest then return 0 end
+  return math.ceil(math.max(oldest + window_us - now, 0) / 1000)
+end
+
+local function until_free(n)
+  -- ms until the n-th oldest hit (1-based) leaves the window
+  local score = redis.call('ZRANGE', KEYS[1], n - 1, n - 1, 'WITHSCORES')[2]
+  if not score then return 0 end
+  return math.ceil(math.max(score + window_us - now, 0) / 1000)
+end
 
 if cost > 0 and count + cost <= limit then
-  local args = {'NX'}
-  for i = 1, cost do
-    args[#args + 1] = now
-    if i == 1 then args[#args + 1] = rid else args[#args + 1] = rid .. '#' .. i end
+  local added, first = 0, 1
+  while first <= cost do
+    local args = {'NX'}
+    for i = first, math.min(first + 999, cost) do
+      args[#args + 1] = now
+      if i == 1 then args[#args + 1] = rid else args[#args + 1] = rid .. '#' .. i end
+    end
+    local got = redis.call('ZADD', KEYS[1], unpack(args))
+    if got == 0 and first == 1 then break end  -- a re-sent call: already logged
+    added = added + got
+    first = first + 1000
   end
-  -- NX: a re-sent call finds its members already logged and adds nothing.
-  if redis.call('ZADD', KEYS[1], unpack(args)) > 0 then
+  if added > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    count = count + cost
+    count = count + added
+    if not oldest then oldest = now end
   end
-  return {1, limit, limit - count, ms(until_free(1)), 0}
+  return '1 ' .. (limit - count) .. ' ' .. reset_after() .. ' 0'
 end
 
 -- A re-sent copy of a hit that was admitted must not now be answered "blocked".
 if cost > 0 and redis.call('ZSCORE', KEYS[1], rid) then
-  return {1, limit, math.max(limit - count, 0), ms(until_free(1)), 0}
+  return '1 ' .. math.max(limit - count, 0) .. ' ' .. reset_after() .. ' 0'
 end
 
 local remaining = math.max(limit - count, 0)
 if cost == 0 then
-  if count < limit then return {1, limit, remaining, ms(until_free(1)), 0} end
-  return {0, limit, 0, ms(until_free(1)), math.max(ms(until_free(count - limit + 1)), 1)}
+  if count < limit then return '1 ' .. remaining .. ' ' .. reset_after() .. ' 0' end
+  return '0 0 ' .. reset_after() .. ' ' .. math.max(until_free(count - limit + 1), 1)
 end
-local retry = 0
+local retry = ARGV[2]
 if cost <= limit then retry = until_free(count + cost - limit) end
-if cost > limit then retry = window_us end
-return {0, limit, remaining, ms(until_free(1)), math.max(ms(retry), 1)}
+return '0 ' .. remaining .. ' ' .. reset_after() .. ' ' .. math.max(retry, 1)

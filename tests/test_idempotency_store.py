@@ -164,7 +164,7 @@ def run(*args: str) -> str:
 def test_command_shows_and_deletes_a_record(store: IdempotencyStore) -> None:
     store.complete(claim_of(store, "user:42", "order-1"), RESPONSE, FP, ttl=60)
     heartbeat.unwatch(claim_of(store, "session:abc", "order-2"))  # held by "another process"
-    shown = json.loads(run("show", "--user", "42", "order-1", "--body"))
+    shown = json.loads(run("show", "--scope", "user:42", "order-1", "--body"))
     assert shown["state"] == "stored" and shown["status"] == 201
     assert shown["body"] == '{"ok": true}' and 0 < shown["ttl_seconds"] <= 60
     assert json.loads(run("show", "--session", "abc", '"order-2"'))["state"] == "in_flight"
@@ -172,9 +172,9 @@ def test_command_shows_and_deletes_a_record(store: IdempotencyStore) -> None:
     assert run("delete", "--scope", "user:42", "order-1").strip() == "deleted"
     assert run("delete", "--scope", "user:42", "order-1").strip() == "no such record"
     with pytest.raises(CommandError, match="no record"):
-        run("show", "--user", "42", "order-1")
+        run("show", "--scope", "user:42", "order-1")
     with pytest.raises(CommandError, match="invalid key"):
-        run("show", "--user", "42", "")
+        run("show", "--scope", "user:42", "")
     run("delete", "--session", "abc", "order-2")
 
 
@@ -182,7 +182,7 @@ def test_command_reports_an_unreadable_record(store: IdempotencyStore,
                                               redis_client: redis.Redis) -> None:
     key, _ = IdempotencyStore.redis_key("user:9", "bad")
     redis_client.set(key, b"junk", ex=60)
-    assert json.loads(run("show", "--user", "9", "bad"))["state"] == "unreadable"
+    assert json.loads(run("show", "--scope", "user:9", "bad"))["state"] == "unreadable"
 
 
 @pytest.mark.parametrize("reason", [None, "Créé", 'a "quoted" \\ reason'])

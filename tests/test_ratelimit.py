@@ -1,4 +1,4 @@
-"""Rate limiting core: rates, the three algorithms' maths, D4 re-sends, keys, concurrency."""
+"""Rate limiting core: rates, the three algorithms' maths, re-sent calls, keys, concurrency."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
 
 @pytest.fixture(autouse=True)
 def _every_key_expires(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    """After every scenario: each rate-limit key this module wrote has a TTL (SPEC 0)."""
+    """After every scenario: each rate-limit key this module wrote has a TTL (house rule)."""
     yield redis_client
     for key in redis_client.scan_iter(match="rptest:rl:*", count=1000):
         assert redis_client.pttl(key) != -1, key
@@ -108,7 +108,8 @@ def test_exactly_limit_hits_pass_then_block(algorithm: str) -> None:
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_peek_counts_nothing_and_reset_unblocks(algorithm: str) -> None:
     limiter = RateLimiter("2/m", algorithm=algorithm, group="peek")
-    assert limiter.peek("c") == Decision(True, 2, 2, 0.0, 0.0, limiter.rate, "default")
+    assert limiter.peek("c") == Decision(True, 2, 2, 0.0, 0.0, limiter.rate, "default",
+                                         cost=0, partition=limiter.partition_key("c"))
     limiter.hit("c")
     limiter.hit("c")
     for _ in range(3):
@@ -205,7 +206,7 @@ def test_token_bucket_without_burst_allows_limit_at_once() -> None:
     assert sum(limiter.hit("c").allowed for _ in range(12)) == 10
 
 
-# --- D4: a re-sent call counts once ------------------------------------------------------------
+# --- a re-sent call counts once ------------------------------------------------------------------
 
 
 def test_sliding_window_hit_resent_with_the_same_request_id_counts_once() -> None:

@@ -1,4 +1,4 @@
-"""Rate limiting when Redis is down, paused, out of memory or lost its scripts (SPEC D3)."""
+"""Rate limiting when Redis is down, paused, out of memory or lost its scripts."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def resending_alias(server: RedisServer) -> Any:
 
 @pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket"])
 def test_timed_out_decision_is_never_resent(server: RedisServer, algorithm: str) -> None:
-    """SPEC D4: decisions run on a client that never re-sends, even when the connection's
+    """Decisions run on a client that never re-sends, even when the connection's
     own client would. A hit that times out while the server hangs raises (the caller's
     FAIL_OPEN policy then applies) and counts at most once; a re-sending client would get
     an answer after the server resumes and count the hit twice or more."""

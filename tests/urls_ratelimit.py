@@ -40,6 +40,11 @@ def bucket(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
 
+@ratelimit("2/m", group="shared")
+def grouped(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
 @ratelimit("2/m", key="user")
 def per_user(request: HttpRequest) -> HttpResponse:
     return _state(request)
@@ -85,6 +90,82 @@ def plain(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
 
+def tier_rate(request: HttpRequest) -> str | None:
+    """A per-tier rate: ?tier=free 2/m, ?tier=pro 4/m, ?tier=staff not limited."""
+    return {"free": "2/m", "pro": "4/m", "staff": None}[request.GET.get("tier", "free")]
+
+
+def legacy_tier_rate(group: str, request: HttpRequest) -> str:
+    """django-ratelimit's signature: (group, request)."""
+    assert group == "legacy-tier"
+    return "3/m"
+
+
+@ratelimit(tier_rate)
+def tiered(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit(legacy_tier_rate, group="legacy-tier")
+def legacy_tiered(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+@ratelimit("2/m", shadow=True, name="trial")
+def shadowed(request: HttpRequest) -> HttpResponse:
+    return _reads_shadow(request)
+
+
+@ratelimit("5/m", name="live")
+@ratelimit("2/m", shadow=True, name="trial")
+def shadow_and_live(request: HttpRequest) -> HttpResponse:
+    return _reads_shadow(request)
+
+
+def _reads_shadow(request: HttpRequest) -> JsonResponse:
+    shadow = getattr(request, "ratelimit_shadow", [])
+    return JsonResponse({"limited": request.limited,  # type: ignore[attr-defined]
+                         "remaining": request.ratelimit.remaining,  # type: ignore[attr-defined]
+                         "shadow": [d.allowed for d in shadow]})
+
+
+@ratelimit("10/m", cost=3, name="export")
+def costly(request: HttpRequest) -> HttpResponse:
+    return _state(request)
+
+
+def redirect(request: HttpRequest) -> HttpResponse:
+    from django.shortcuts import redirect as to
+
+    return to("/plain/")
+
+
+def _reads(request: HttpRequest) -> JsonResponse:
+    """A view that reads the attributes directly, as the docs invite (no getattr)."""
+    decision = request.ratelimit  # type: ignore[attr-defined]
+    return JsonResponse({"limited": request.limited,  # type: ignore[attr-defined]
+                         "allowed": decision.allowed, "decided": decision.decided,
+                         "remaining": decision.remaining})
+
+
+@ratelimit("2/m")
+def reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
+@ratelimit("2/m")
+async def async_reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
+def plain_reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
+async def async_plain_reads(request: HttpRequest) -> HttpResponse:
+    return _reads(request)
+
+
 async def async_plain(request: HttpRequest) -> HttpResponse:
     return _state(request)
 
@@ -122,6 +203,31 @@ class ThrottledView(APIView):
         return Response({"ok": True})
 
 
+class ShadowThrottle(RedisRateThrottle):
+    scope = "tests"
+    key = "ip"
+    shadow = True
+
+
+class TierThrottle(RedisRateThrottle):
+    scope = "tiers"
+    key = "ip"
+    rate = staticmethod(tier_rate)
+
+
+class ShadowThrottledView(ThrottledView):
+    throttle_classes = [ShadowThrottle]
+
+
+class TierThrottledView(ThrottledView):
+    throttle_classes = [TierThrottle]
+
+
+class ThrottledReadsView(ThrottledView):
+    def get(self, request: Any) -> Response:
+        return Response(json.loads(_reads(request).content))
+
+
 urlpatterns = [
     path("login/", login),
     path("fixed/", fixed),
@@ -138,5 +244,19 @@ urlpatterns = [
     path("api/plain/", plain),
     path("async-plain/", async_plain),
     path("drf/", ThrottledView.as_view()),
+    path("drf-reads/", ThrottledReadsView.as_view()),
+    path("reads/", reads),
+    path("grouped/", grouped),
+    path("tiered/", tiered),
+    path("legacy-tiered/", legacy_tiered),
+    path("shadowed/", shadowed),
+    path("shadow-and-live/", shadow_and_live),
+    path("costly/", costly),
+    path("api/redirect/", redirect),
+    path("drf-shadow/", ShadowThrottledView.as_view()),
+    path("drf-tiers/", TierThrottledView.as_view()),
+    path("async-reads/", async_reads),
+    path("api/reads/", plain_reads),
+    path("api/async-reads/", async_plain_reads),
     path("class/", ClassView.as_view()),
 ]

@@ -2,9 +2,9 @@
 
 Every rule whose ``path`` regex matches (``re.search`` on ``path_info``) and whose
 ``methods`` include the request's method is decided — all of them in one pipelined round
-trip — and the request is blocked if any rule blocks it. Counters are grouped per rule
-(``group`` lets several rules share one). Works under WSGI and ASGI: on an async stack it
-uses ``redis.asyncio`` directly.
+trip — and the request is blocked if any enforcing rule blocks it (``shadow`` rules only
+count, log and signal). Counters are grouped per rule (``group`` lets several rules share
+one). Works under WSGI and ASGI: on an async stack it uses ``redis.asyncio`` directly.
 """
 
 from __future__ import annotations
@@ -19,18 +19,23 @@ from ..ratelimit.engine import Rule, acheck, add_headers, check, validate_sectio
 from ..ratelimit.rates import DEFAULT_ALGORITHM, validate_rules
 
 
+def rule_group(spec: Mapping[str, Any], index: int) -> str:
+    """The counter group of ``RULES[index]``: its ``group``, else its ``name``, else its
+    index and path."""
+    return spec.get("group") or spec.get("name") or f"rule:{index}:{spec.get('path', '')}"
+
+
 def compile_rules(rules: Sequence[Mapping[str, Any]]) -> tuple[Rule, ...]:
     """Validated settings rules -> :class:`Rule` objects (grouped per rule by default)."""
     validate_rules(rules)
     compiled = []
     for i, spec in enumerate(rules):
-        name = spec.get("name")
-        compiled.append(Rule.build(
+        compiled.append(Rule(
             rate=spec["rate"], key=spec.get("key", "ip"),
             algorithm=spec.get("algorithm", DEFAULT_ALGORITHM), methods=spec.get("methods"),
-            burst=spec.get("burst"), path=spec.get("path") or None,
-            group=spec.get("group") or name or f"rule:{i}:{spec.get('path', '')}",
-            name=name,
+            burst=spec.get("burst"), path=spec.get("path") or None, group=rule_group(spec, i),
+            name=spec.get("name"), cost=spec.get("cost", 1),
+            shadow=spec.get("shadow", False),
         ))
     return tuple(compiled)
 
@@ -46,7 +51,8 @@ class RateLimitMiddleware:
         self._section: Any = None
         self._rules: tuple[Rule, ...] = ()
         self.rules()  # bad RULES fail at startup, naming the value
-        if iscoroutinefunction(get_response):
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
             markcoroutinefunction(self)
 
     def rules(self) -> tuple[Rule, ...]:
@@ -58,7 +64,7 @@ class RateLimitMiddleware:
         return self._rules
 
     def __call__(self, request: Any) -> Any:
-        if iscoroutinefunction(self):
+        if self._async:
             return self.__acall__(request)
         blocked = check(request, self.rules())
         if blocked is not None:

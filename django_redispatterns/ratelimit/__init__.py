@@ -1,4 +1,4 @@
-"""Rate limiting (SPEC section 3): atomic Lua algorithms behind one small interface.
+"""Rate limiting: atomic Lua algorithms behind one small interface (docs/ratelimit.md).
 
 ``ratelimit`` (decorator), ``RateLimiter`` (programmatic) and ``Decision`` are the public
 names; ``rates.parse_rate`` / ``rates.validate_rules`` validate settings without Redis.

@@ -7,6 +7,8 @@
 
 Counters are grouped per view (``group`` defaults to the view's dotted name); stack the
 decorator for several limits. Bad arguments raise ``ConfigurationError`` at import time.
+The wrapped view carries its rules as ``view.ratelimit_rules`` (what ``manage.py
+ratelimit --view`` reads to address exactly the decorator's keys).
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from ..exceptions import ConfigurationError
-from .engine import Rule, acheck, add_headers, check
-from .rates import DEFAULT_ALGORITHM, parse_rate, validate_algorithm, validate_key, validate_methods
+from .engine import acheck, add_headers, check
+from .rates import DEFAULT_ALGORITHM
+from .rules import RateSource, Rule
 
 V = TypeVar("V", bound=Callable[..., Any])
 
+RULES_ATTR = "ratelimit_rules"
+
 
 def ratelimit(
-    rate: str,
+    rate: RateSource,
     key: str | Callable[[Any], Any] = "ip",
     algorithm: str = DEFAULT_ALGORITHM,
     methods: Any = None,
@@ -35,29 +39,28 @@ def ratelimit(
     name: str | None = None,
     cost: int = 1,
     block: bool = True,
+    shadow: bool = False,
 ) -> Callable[[V], V]:
     """Limit a view to ``rate`` per identity ``key``.
 
-    Blocked requests get a 429 (or ``RATELIMIT['VIEW']``'s response) with ``Retry-After``;
-    with ``block=False`` the view runs and sees ``request.limited``. Every response carries
+    ``rate`` is a rate string or a callable ``request -> rate string or None`` (``None``:
+    this request is not limited), e.g. per user tier. Blocked requests get a 429 (or
+    ``RATELIMIT['VIEW']``'s response) with ``Retry-After``; with ``block=False`` the view
+    runs and sees ``request.limited``. ``shadow=True`` counts, logs and signals what the
+    rule would block but never blocks (a new limit's trial run). Every response carries
     the rate-limit headers and the view sees ``request.ratelimit`` (a ``Decision``).
-    ``methods`` restricts the rule to some HTTP methods (default: all).
+    ``methods`` restricts the rule to some HTTP methods (default: all); ``cost`` is how
+    many units one request takes (1..what the rate allows at once).
     """
-
+    options: dict[str, Any] = dict(rate=rate, key=key, algorithm=algorithm, methods=methods,
+                                   burst=burst, name=name, cost=cost, block=block,
+                                   shadow=shadow)
     # Fail at import time, naming the bad value, not on the first request.
-    parse_rate(rate)
-    validate_algorithm(algorithm)
-    validate_key(key)
-    validate_methods(methods)
-    if burst is not None and algorithm != "token_bucket":
-        raise ConfigurationError("burst= only applies to algorithm='token_bucket'.")
+    Rule(group=group or "ratelimit", **options)
 
     def decorator(view: V) -> V:
-        rule = Rule.build(
-            rate=rate, key=key, algorithm=algorithm, methods=methods, burst=burst,
-            group=group or f"{view.__module__}.{view.__qualname__}", name=name, cost=cost,
-            block=block,
-        )
+        rule = Rule(group=group or f"{view.__module__}.{view.__qualname__}",
+                    auto_group=group is None, **options)
         rules = (rule,)
 
         if iscoroutinefunction(view):
@@ -71,17 +74,21 @@ def ratelimit(
                 return add_headers(request, await view(first, *args, **kwargs))
 
             markcoroutinefunction(async_wrapper)
-            return async_wrapper  # type: ignore[return-value]
+            wrapper: Any = async_wrapper
+        else:
 
-        @functools.wraps(view)
-        def wrapper(first: Any, *args: Any, **kwargs: Any) -> Any:
-            request = _request(first, args)
-            blocked = check(request, rules)
-            if blocked is not None:
-                return blocked
-            return add_headers(request, view(first, *args, **kwargs))
+            @functools.wraps(view)
+            def sync_wrapper(first: Any, *args: Any, **kwargs: Any) -> Any:
+                request = _request(first, args)
+                blocked = check(request, rules)
+                if blocked is not None:
+                    return blocked
+                return add_headers(request, view(first, *args, **kwargs))
 
-        return wrapper  # type: ignore[return-value]
+            wrapper = sync_wrapper
+        # Stacked decorators: the outer wrapper lists every rule, innermost last.
+        setattr(wrapper, RULES_ATTR, (rule, *getattr(view, RULES_ATTR, ())))
+        return wrapper
 
     return decorator
 

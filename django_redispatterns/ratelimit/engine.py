@@ -1,116 +1,91 @@
-"""The request-side engine shared by the decorator and the middleware.
+"""The request-side engine shared by the decorator, the middleware and the DRF throttle.
 
-:class:`Rule` = a limiter plus how to find the identity and which requests it covers.
 :func:`check` / :func:`acheck` decide every applicable rule of a request in one round trip,
-record the decisions on the request (``request.ratelimit``), log and signal every block,
-apply the ``FAIL_OPEN`` policy when Redis cannot answer, and return the response to send
-instead of the view's (429 / 503), or ``None`` to let the request through.
-:func:`add_headers` puts the rate-limit headers on any response.
+record the decisions on the request, log and signal every block, apply the ``FAIL_OPEN``
+policy when Redis cannot answer, and return the response to send instead of the view's
+(429 / 503), or ``None`` to let the request through.
+
+After any rule ran, ``request.ratelimit`` (the binding :class:`Decision`) and
+``request.limited`` exist, also when Redis could not decide: the rule then leaves an
+undecided decision (allowed, ``decided=False``, no counts). Shadow rules count, log and
+signal what they would block, but never block: their decisions are kept apart in
+``request.ratelimit_shadow`` and appear in no header.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from http import HTTPStatus
+from collections.abc import Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse
-from django.utils.module_loading import import_string
 
 from ..conf import get_config
-from ..exceptions import BackendUnavailable, ConfigurationError, RateLimited
-from ..problems import PROBLEM_JSON, problem_response
+from ..exceptions import BackendUnavailable
 from ..signals import ratelimit_blocked
-from .algorithms import Decision, whole_seconds
-from .identity import KeyFunc, resolve_key, trusted_networks
+from .algorithms import Decision
+from .headers import DECISIONS_ATTR, add_headers, binding
 from .limiter import RateLimiter, ahit_many, hit_many
-from .rates import DEFAULT_ALGORITHM, validate_methods
+from .responses import blocked_response, custom_view, unavailable_response, validate_section
+from .rules import Rule
 
 logger = logging.getLogger("django_redispatterns.ratelimit")
 
-PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-_DECISIONS_ATTR = "_ratelimit_decisions"
+SHADOW_ATTR = "ratelimit_shadow"
+Pending = tuple[Rule, RateLimiter, str]
 
-
-@dataclass(frozen=True)
-class Rule:
-    """One limit applied to requests: ``limiter`` counts, ``key`` says who is counted."""
-
-    limiter: RateLimiter
-    key: KeyFunc
-    methods: frozenset[str] | None = None
-    path: re.Pattern[str] | None = None
-    cost: int = 1
-    block: bool = True
-    label: str = ""
-
-    @classmethod
-    def build(
-        cls, *, rate: str, key: str | Callable[[Any], Any] = "ip",
-        algorithm: str = DEFAULT_ALGORITHM, methods: Any = None, burst: int | None = None,
-        group: str, name: str | None = None, path: str | None = None, cost: int = 1,
-        block: bool = True,
-    ) -> Rule:
-        limiter = RateLimiter(rate, algorithm=algorithm, burst=burst, group=group, name=name)
-        return cls(
-            limiter=limiter, key=resolve_key(key), methods=validate_methods(methods),
-            path=re.compile(path) if path else None, cost=cost, block=block,
-            label=f"{group} {limiter.rate} {algorithm}",
-        )
-
-    def applies(self, request: HttpRequest) -> bool:
-        if self.methods is not None and request.method not in self.methods:
-            return False
-        return self.path is None or self.path.search(request.path_info) is not None
+__all__ = [
+    "Rule",
+    "acheck",
+    "add_headers",
+    "adecide",
+    "binding",
+    "check",
+    "decide",
+    "validate_section",
+]
 
 
 # --- deciding ---------------------------------------------------------------------------
 
 
-def _pending(request: HttpRequest, rules: Sequence[Rule]) -> list[tuple[Rule, str]]:
+def _pending(request: HttpRequest, rules: Sequence[Rule]) -> list[Pending]:
     out = []
     for rule in rules:
         if rule.applies(request):
             identity = rule.key(request)
             if identity is not None:
-                out.append((rule, identity))
+                limiter = rule.limiter_for(request)
+                if limiter is not None:
+                    out.append((rule, limiter, identity))
     return out
 
 
-def check(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
-    """Decide ``rules`` for ``request``; the response to send instead, or ``None``."""
+def decide(request: HttpRequest, rules: Sequence[Rule], *,
+           target: Any = None) -> list[Decision] | HttpResponse:
+    """Decide ``rules`` and record them on ``request`` (or ``target``: the Django request
+    behind a DRF request): the blocking decisions (empty: let the request through), or
+    the 503 to answer when Redis cannot decide and the policy is to fail closed."""
+    target = request if target is None else target
     pending = _pending(request, rules)
     if not pending:
-        return None
+        return []
     try:
         if len(pending) == 1:
-            rule, identity = pending[0]
-            decisions = [rule.limiter.hit(identity, rule.cost)]
+            rule, limiter, identity = pending[0]
+            decisions = [limiter.hit(identity, rule.cost)]
         else:
-            decisions = hit_many([(r.limiter, ident, r.cost, None) for r, ident in pending])
+            decisions = hit_many([(lim, ident, r.cost, None) for r, lim, ident in pending])
     except BackendUnavailable as exc:
-        return _unavailable(request, exc)
-    blocked = _record(request, pending, decisions)
-    if not blocked:
-        return None
-    response = _blocked_response(request, blocked)
-    if inspect.isawaitable(response):
-        response = async_to_sync(_await)(response)
-    return response
+        return _undecided(target, pending, exc)
+    return _record(target, pending, decisions)
 
 
-def _evaluate_user(request: HttpRequest) -> None:
-    request.user.is_authenticated  # noqa: B018 - forces the lazy object's DB lookup
-
-
-async def acheck(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
-    """Async twin of :func:`check` (redis.asyncio, no thread hop)."""
+async def adecide(request: HttpRequest,
+                  rules: Sequence[Rule]) -> list[Decision] | HttpResponse:
+    """Async twin of :func:`decide` (redis.asyncio, no thread hop)."""
     if any(getattr(r.key, "needs_user", False) for r in rules):
         # Resolve the lazy user without a sync DB call inside the event loop.
         if hasattr(request, "auser"):
@@ -119,190 +94,136 @@ async def acheck(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | 
             await sync_to_async(_evaluate_user)(request)
     pending = _pending(request, rules)
     if not pending:
-        return None
+        return []
     try:
         if len(pending) == 1:
-            rule, identity = pending[0]
-            decisions = [await rule.limiter.ahit(identity, rule.cost)]
+            rule, limiter, identity = pending[0]
+            decisions = [await limiter.ahit(identity, rule.cost)]
         else:
             decisions = await ahit_many(
-                [(r.limiter, ident, r.cost, None) for r, ident in pending])
+                [(lim, ident, r.cost, None) for r, lim, ident in pending])
     except BackendUnavailable as exc:
-        return _unavailable(request, exc)
-    blocked = _record(request, pending, decisions)
-    if not blocked:
+        return _undecided(request, pending, exc)
+    return _record(request, pending, decisions)
+
+
+def check(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
+    """Decide ``rules`` for ``request``; the response to send instead, or ``None``."""
+    outcome = decide(request, rules)
+    if isinstance(outcome, HttpResponse):
+        return outcome
+    if not outcome:
         return None
-    view = _custom_view()
+    response = blocked_response(request, outcome)
+    if inspect.isawaitable(response):
+        response = async_to_sync(_await)(response)
+    return response
+
+
+async def acheck(request: HttpRequest, rules: Sequence[Rule]) -> HttpResponse | None:
+    """Async twin of :func:`check`."""
+    outcome = await adecide(request, rules)
+    if isinstance(outcome, HttpResponse):
+        return outcome
+    if not outcome:
+        return None
+    view = custom_view()
     if view is None or inspect.iscoroutinefunction(view):
-        response = _blocked_response(request, blocked)  # no thread hop
+        response = blocked_response(request, outcome)  # no thread hop
     else:
-        response = await sync_to_async(_blocked_response)(request, blocked)
+        response = await sync_to_async(blocked_response)(request, outcome)
     if inspect.isawaitable(response):
         response = await response
     return response
+
+
+def _evaluate_user(request: HttpRequest) -> None:
+    request.user.is_authenticated  # noqa: B018 - forces the lazy object's DB lookup
 
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _record(request: HttpRequest, pending: list[tuple[Rule, str]],
-            decisions: list[Decision]) -> list[Decision]:
-    seen: list[Decision] = getattr(request, _DECISIONS_ATTR, [])
-    seen = seen + decisions
-    setattr(request, _DECISIONS_ATTR, seen)
-    request.ratelimit = binding(seen)  # type: ignore[attr-defined]
+# --- recording --------------------------------------------------------------------------
+
+
+def _record(request: HttpRequest, pending: Sequence[Pending],
+            decisions: Sequence[Decision]) -> list[Decision]:
+    """Put the decisions on the request, log and signal blocks; the blocking ones."""
+    seen: list[Decision] | None = getattr(request, DECISIONS_ATTR, None)
+    if seen is None and len(decisions) == 1:
+        decision = decisions[0]
+        if decision.allowed and not pending[0][0].shadow:  # the common case, in one step
+            request.__dict__.update({DECISIONS_ATTR: [decision], "ratelimit": decision,
+                                     "limited": getattr(request, "limited", False)})
+            return []
+    if seen is None:
+        seen = []
+        setattr(request, DECISIONS_ATTR, seen)
+    limited = getattr(request, "limited", False)
     blocking = []
-    for (rule, identity), decision in zip(pending, decisions, strict=True):
-        if decision.allowed:
+    shadow: list[Decision] | None = None
+    for (rule, limiter, identity), decision in zip(pending, decisions, strict=True):
+        if rule.shadow:
+            shadow = shadow if shadow is not None else _shadow_list(request)
+            shadow.append(decision)
+            if not decision.allowed:
+                _report(request, rule, limiter, identity, decision, shadow=True)
             continue
-        digest = rule.limiter.digest(identity)
-        logger.info(
-            "rate limit blocked %s %s: rule %s, identity %s, retry after %.1fs",
-            request.method, request.path, rule.label, digest, decision.retry_after,
-        )
-        ratelimit_blocked.send(sender=RateLimiter, request=request, rule=rule.label,
-                               decision=decision, identity=digest)
-        if rule.block:
-            blocking.append(decision)
-    if any(not d.allowed for d in decisions):
-        request.limited = True  # type: ignore[attr-defined]  # django-ratelimit's name
+        seen.append(decision)
+        if not decision.allowed:
+            _report(request, rule, limiter, identity, decision, shadow=False)
+            limited = True
+            if rule.block:
+                blocking.append(decision)
+    request.limited = limited  # type: ignore[attr-defined]  # django-ratelimit's name
+    if seen:
+        request.ratelimit = binding(seen)  # type: ignore[attr-defined]
+    elif not hasattr(request, "ratelimit") and shadow:
+        # Only shadow rules ran: the view sees what it experienced, an admitted request.
+        request.ratelimit = shadow[0]._replace(  # type: ignore[attr-defined]
+            allowed=True, retry_after=0.0)
     return blocking
 
 
-def binding(decisions: Sequence[Decision]) -> Decision:
-    """The decision the headers describe: the blocking one that lasts longest, else the
-    one with the least room left."""
-    blocked = [d for d in decisions if not d.allowed]
-    if blocked:
-        return max(blocked, key=lambda d: d.retry_after)
-    return min(decisions, key=lambda d: (d.remaining, -d.reset_after))
+def _shadow_list(request: HttpRequest) -> list[Decision]:
+    shadow: list[Decision] | None = getattr(request, SHADOW_ATTR, None)
+    if shadow is None:
+        shadow = []
+        setattr(request, SHADOW_ATTR, shadow)
+    return shadow
 
 
-def _unavailable(request: HttpRequest, exc: BackendUnavailable) -> HttpResponse | None:
-    fail_open = get_config().feature("RATELIMIT")["FAIL_OPEN"]
-    logger.warning(
-        "rate limit backend unavailable (%s) for %s %s; %s", exc, request.method, request.path,
-        "letting the request through (FAIL_OPEN)" if fail_open else "answering 503",
+def _report(request: HttpRequest, rule: Rule, limiter: RateLimiter, identity: str,
+            decision: Decision, *, shadow: bool) -> None:
+    digest = limiter.digest(identity)
+    label = rule.label(limiter)
+    logger.info(
+        "rate limit %s %s %s: rule %s, identity %s, retry after %.1fs",
+        "would block (shadow rule)" if shadow else "blocked", request.method, request.path,
+        label, digest, decision.retry_after,
     )
-    if fail_open:
-        return None
-    response = _error_response(request, 503, "ratelimit_unavailable",
-                               "Rate limiting is temporarily unavailable.")
-    response["Retry-After"] = "1"
-    return response
+    ratelimit_blocked.send(sender=RateLimiter, request=request, rule=label,
+                           decision=decision, identity=digest, shadow=shadow)
 
 
-# --- responses --------------------------------------------------------------------------
+def _undecided(request: HttpRequest, pending: Sequence[Pending],
+               exc: BackendUnavailable) -> list[Decision] | HttpResponse:
+    """Redis could not answer: record undecided decisions, then fail open or closed.
 
-
-def _wants_json(request: HttpRequest) -> bool:
-    accept = request.META.get("HTTP_ACCEPT", "")
-    if "json" in accept:
-        return True
-    return "text/html" not in accept  # API clients (no Accept, */*) get JSON
-
-
-def _error_response(request: HttpRequest, status: int, code: str, detail: str,
-                    **extra: Any) -> HttpResponse:
-    if _wants_json(request):
-        accept = request.META.get("HTTP_ACCEPT", "")
-        content_type = (PROBLEM_JSON if "problem+json" in accept or "json" not in accept
-                        else "application/json")
-        return problem_response(
-            status, code, detail, content_type=content_type,
-            problem_type=PROBLEM_TYPE if status == 429 else "about:blank", **extra,
-        )
-    return HttpResponse(f"{HTTPStatus(status).phrase}: {detail}\n", status=status,
-                        content_type="text/plain; charset=utf-8")
-
-
-def _custom_view() -> Callable[..., Any] | None:
-    path = get_config().feature("RATELIMIT")["VIEW"]
-    if not path:
-        return None
-    try:
-        return import_string(path)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"REDIS_PATTERNS['RATELIMIT']['VIEW'] {path!r} cannot be imported: {exc}"
-        ) from exc
-
-
-def validate_section(section: Any) -> None:
-    """Fail at startup on unusable TRUSTED_PROXIES, IPV6_PREFIX or VIEW, naming the value."""
-    trusted_networks(tuple(section["TRUSTED_PROXIES"]))
-    prefix = section["IPV6_PREFIX"]
-    if not 1 <= prefix <= 128:
-        raise ConfigurationError(
-            f"REDIS_PATTERNS['RATELIMIT']['IPV6_PREFIX'] must be 1..128, got {prefix!r}."
-        )
-    _custom_view()
-
-
-def _blocked_response(request: HttpRequest, blocked: list[Decision]) -> Any:
-    decision = max(blocked, key=lambda d: d.retry_after)
-    retry = max(whole_seconds(decision.retry_after), 1)
-    view = _custom_view()
-    if view is not None:
-        exc = RateLimited(retry_after=decision.retry_after, limit=decision.limit,
-                          remaining=decision.remaining)
-        result = view(request, exc)
-        if inspect.isawaitable(result):
-            return _finish_async(request, result, retry)
-        return _finish(request, result, retry)
-    response = _error_response(
-        request, 429, "rate_limited",
-        f"Rate limit exceeded; retry in {retry} second{'s' if retry != 1 else ''}.",
-        retry_after=retry, **{"violated-policies": [d.name for d in blocked]},
-    )
-    return _finish(request, response, retry)
-
-
-async def _finish_async(request: HttpRequest, result: Any, retry: int) -> HttpResponse:
-    return _finish(request, await result, retry)
-
-
-def _finish(request: HttpRequest, response: HttpResponse, retry: int) -> HttpResponse:
-    if not response.has_header("Retry-After"):
-        response["Retry-After"] = str(retry)
-    add_headers(request, response)
-    return response
-
-
-# --- headers ----------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=256)
-def _policy_name(name: str) -> str:
-    return "".join(c for c in name if 0x20 <= ord(c) < 0x7F and c not in '"\\') or "default"
-
-
-def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    """Put the rate-limit headers of every decision made for ``request`` on ``response``.
-
-    ``RateLimit-Limit/-Remaining/-Reset`` describe the binding decision; the IETF draft's
-    ``RateLimit-Policy`` and ``RateLimit`` list every policy applied.
+    Shadow rules never block, so a request that only they cover is always let through.
     """
-    decisions: list[Decision] = getattr(request, _DECISIONS_ATTR, None) or []
-    if not decisions:
-        return response
-    top = binding(decisions)
-    response["RateLimit-Limit"] = str(top.limit)
-    response["RateLimit-Remaining"] = str(top.remaining)
-    response["RateLimit-Reset"] = str(whole_seconds(top.reset_after))
-    policies, states, used = [], [], set()
-    for decision in decisions:
-        name = base = _policy_name(decision.name)
-        n = 1
-        while name in used:
-            n += 1
-            name = f"{base}-{n}"
-        used.add(name)
-        rate = decision.policy
-        quota, window = (rate.limit, rate.period) if rate else (decision.limit, 0)
-        policies.append(f'"{name}";q={quota};w={window}')
-        states.append(f'"{name}";r={decision.remaining};t={whole_seconds(decision.reset_after)}')
-    response["RateLimit-Policy"] = ", ".join(policies)
-    response["RateLimit"] = ", ".join(states)
-    return response
+    fail_open = get_config().feature("RATELIMIT")["FAIL_OPEN"]
+    enforced = any(not rule.shadow for rule, _, _ in pending)
+    let_through = fail_open or not enforced
+    logger.warning(
+        "rate limit backend unavailable (%s) for %s %s; %s", exc, request.method,
+        request.path, "letting the request through (FAIL_OPEN)" if let_through
+        else "answering 503",
+    )
+    _record(request, pending,
+            [Decision.undecided(limiter, rule.cost) for rule, limiter, _ in pending])
+    if let_through:
+        return []
+    return unavailable_response(request)

@@ -1,15 +1,18 @@
 """Who a request is: ``ip``, ``user``, ``user_or_ip``, ``header:<Name>`` or a callable.
 
 The strings returned here are raw identities; :class:`~.limiter.RateLimiter` hashes them
-(SPEC D6) before they reach Redis. ``None`` means "no identity": the rule does not apply
+(a keyed hash) before they reach Redis. ``None`` means "no identity": the rule does not apply
 to this request (an anonymous user under ``key="user"``, a missing header, a callable
 returning ``None``) — documented in docs/ratelimit.md.
 
 Client IP: ``REMOTE_ADDR``, unless that peer is listed in ``RATELIMIT['TRUSTED_PROXIES']``;
-then ``X-Forwarded-For`` is read right to left, skipping trusted proxies, and the first
-untrusted address is the client. A forged ``X-Forwarded-For`` from an untrusted peer is
-ignored. IPv6 addresses are grouped by ``IPV6_PREFIX`` (/64 by default): one host owns a
-whole /64, so per-address limits would be trivially bypassed.
+then ``X-Forwarded-For`` is read right to left, through trusted proxies, and the first
+untrusted address is the client. The walk ends at an entry that is no IP address (a proxy
+that wrote ``unknown``, an empty or garbled entry): the address to its right — the trusted
+proxy that could not name its client — is the identity, never an entry further left,
+which whoever sent the request could have written. A forged ``X-Forwarded-For`` from an
+untrusted peer is ignored. IPv6 addresses are grouped by ``IPV6_PREFIX`` (/64 by
+default): one host owns a whole /64, so per-address limits would be trivially bypassed.
 """
 
 from __future__ import annotations
@@ -69,24 +72,50 @@ def client_ip(request: Any) -> str:
     socket or a misconfigured proxy): silently limiting everybody as one client, or nobody,
     would both be wrong.
     """
-    section = get_config().feature("RATELIMIT")
-    remote = _parse_ip(request.META.get("REMOTE_ADDR") or "")
+    meta = request.META
+    remote = meta.get("REMOTE_ADDR") or ""
+    config = get_config()
+    trusted, prefix = _ip_settings(config)
+    forwarded = meta.get("HTTP_X_FORWARDED_FOR") if trusted else None
+    if len(remote) + len(forwarded or "") > _CACHEABLE_CHAIN:  # client-chosen: not kept
+        return _client_ip.__wrapped__(remote, forwarded, trusted, prefix)
+    return _client_ip(remote, forwarded, trusted, prefix)
+
+
+_CACHEABLE_CHAIN = 256
+_ip_config: list[Any] = [None, ((), 64)]
+
+
+def _ip_settings(config: Any) -> tuple[tuple[IPNetwork, ...], int]:
+    """(trusted proxy networks, IPv6 prefix) of the current settings object."""
+    if _ip_config[0] is not config:
+        section = config.feature("RATELIMIT")
+        _ip_config[1] = (trusted_networks(tuple(section["TRUSTED_PROXIES"])),
+                         section["IPV6_PREFIX"])
+        _ip_config[0] = config
+    return _ip_config[1]
+
+
+@functools.lru_cache(maxsize=8192)
+def _client_ip(remote_text: str, forwarded: str | None, trusted: tuple[IPNetwork, ...],
+               prefix: int) -> str:
+    remote = _parse_ip(remote_text)
     if remote is None:
         raise ConfigurationError(
-            f"rate limiting by IP needs a valid REMOTE_ADDR, got "
-            f"{request.META.get('REMOTE_ADDR')!r}; behind a proxy that connects over a Unix "
-            "socket, set RATELIMIT['TRUSTED_PROXIES'] or use a callable key."
+            f"rate limiting by IP needs a valid REMOTE_ADDR, got {remote_text!r}; behind a "
+            "proxy that connects over a Unix socket, set RATELIMIT['TRUSTED_PROXIES'] or "
+            "use a callable key."
         )
-    trusted = trusted_networks(tuple(section["TRUSTED_PROXIES"]))
     address = remote
-    if trusted and _is_trusted(remote, trusted):
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        hops = [h for h in (_parse_ip(p) for p in forwarded.split(",")) if h is not None]
-        for hop in reversed(hops):
+    if forwarded and _is_trusted(remote, trusted):
+        for entry in reversed(forwarded.split(",")):
+            hop = _parse_ip(entry)
+            if hop is None:
+                break  # not an address: whoever is to its left is unknown
             address = hop
             if not _is_trusted(hop, trusted):
                 break
-    return _group(address, section["IPV6_PREFIX"])
+    return _group(address, prefix)
 
 
 def _group(address: Any, v6_prefix: int) -> str:

@@ -6,6 +6,10 @@ plurals), optionally preceded by a whole multiplier (``"100/15m"``). Anything el
 ``"5/x"``, ``"0/m"``, ``"-1/s"``, ``"5 per minute"``, a float — raises
 :class:`~django_redispatterns.exceptions.ConfigurationError` naming the value.
 
+A rule's rate may also be a callable (``request -> rate string or None``, e.g. per user
+tier) or, in settings, the dotted path of one: :func:`validate_rate_source` tells them
+apart (a rate string always contains ``/``).
+
 These functions are pure (no Redis, no settings), so the system checks can call them.
 """
 
@@ -80,6 +84,36 @@ def parse_rate(text: str) -> Rate:
     return Rate(limit, period)
 
 
+def is_rate_path(text: str) -> bool:
+    """True for the dotted path of a rate callable (``"myapp.limits.tier_rate"``)."""
+    return ("/" not in text and "." in text
+            and all(part.isidentifier() for part in text.replace(":", ".").split(".")))
+
+
+def validate_rate_source(rate: Any, *, where: str = "rate") -> None:
+    """Accept a rate string, a ``Rate``, a callable or the dotted path of one."""
+    if callable(rate) or isinstance(rate, Rate):
+        return
+    if isinstance(rate, str) and is_rate_path(rate):
+        return
+    try:
+        parse_rate(rate)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}" if where != "rate" else str(exc)) from None
+
+
+def validate_cost(cost: Any, capacity: int | None = None, *, where: str = "cost") -> int:
+    """A rule's cost: a whole number from 1 to what the rate allows at once."""
+    top = capacity if capacity is not None else MAX_LIMIT
+    if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= top:
+        allows = f" (the rate allows {capacity} at once)" if capacity is not None else ""
+        raise ConfigurationError(
+            f"{where} must be a whole number from 1 to {top}{allows}, got {cost!r}: a cost "
+            "above what the rate allows could never be admitted."
+        )
+    return cost
+
+
 def validate_algorithm(name: Any, *, where: str = "algorithm") -> str:
     """Return ``name`` if it is a known algorithm, else raise naming it."""
     if name not in ALGORITHMS:
@@ -135,7 +169,7 @@ def validate_burst(burst: Any, *, where: str = "burst") -> int | None:
 
 
 RULE_KEYS = frozenset({"path", "rate", "key", "algorithm", "methods", "burst", "name",
-                       "group"})
+                       "group", "cost", "shadow"})
 
 
 def validate_rule(rule: Any, *, where: str = "rule") -> None:
@@ -150,10 +184,7 @@ def validate_rule(rule: Any, *, where: str = "rule") -> None:
         )
     if "rate" not in rule:
         raise ConfigurationError(f"{where} needs a 'rate', e.g. '100/m'.")
-    try:
-        parse_rate(rule["rate"])
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{where}['rate']: {exc}") from None
+    validate_rate_source(rule["rate"], where=f"{where}['rate']")
     path = rule.get("path", "")
     if not isinstance(path, str):
         raise ConfigurationError(f"{where}['path'] must be a regex string, got {path!r}.")
@@ -171,6 +202,14 @@ def validate_rule(rule: Any, *, where: str = "rule") -> None:
         value = rule.get(text_key)
         if value is not None and (not isinstance(value, str) or not value):
             raise ConfigurationError(f"{where}[{text_key!r}] must be a non-empty string.")
+    if "cost" in rule:
+        rate = rule["rate"]
+        capacity = None
+        if isinstance(rate, str) and not is_rate_path(rate):
+            capacity = rule.get("burst") or parse_rate(rate).limit
+        validate_cost(rule["cost"], capacity, where=f"{where}['cost']")
+    if not isinstance(rule.get("shadow", False), bool):
+        raise ConfigurationError(f"{where}['shadow'] must be True or False.")
 
 
 def validate_rules(rules: Any) -> None:

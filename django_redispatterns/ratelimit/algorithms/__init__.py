@@ -1,9 +1,11 @@
 """One module per algorithm, behind one small interface (:class:`Algorithm`).
 
-Each algorithm is one Lua script that decides *and* reports in a single ``EVALSHA``:
-the script answers ``{allowed, limit, remaining, reset_after_ms, retry_after_ms}``, which
-:meth:`Algorithm.decision` turns into a :class:`Decision`. Adding an algorithm means one
-Lua file, one module with an :class:`Algorithm` subclass, and one line in :data:`_REGISTRY`.
+Each algorithm is one Lua script that decides *and* reports in a single ``EVALSHA``. The
+script answers one short string, ``"<allowed> <remaining> <reset_ms> <retry_ms>"`` (the
+limit is known here already), which :meth:`Algorithm.decision` turns into a
+:class:`Decision`: one bulk reply parses faster than a five-element array, and the
+decision path is mostly reply parsing. Adding an algorithm means one Lua file, one module
+with an :class:`Algorithm` subclass, and one line in :data:`_REGISTRY`.
 """
 
 from __future__ import annotations
@@ -21,27 +23,49 @@ from ..rates import ALGORITHMS, Rate, validate_algorithm
 class Decision(NamedTuple):
     """The outcome of one rate-limit check (a named tuple: cheap on the hot path).
 
-    ``reset_after`` and ``retry_after`` are seconds (floats, from the Redis server clock);
-    ``retry_after`` is 0 when ``allowed``. ``policy`` is the rule's rate (``Rate``) and
-    ``name`` the policy name used in the ``RateLimit`` headers. ``bool(decision)`` is
-    ``decision.allowed``.
+    ``reset_after`` is the number of seconds until more quota becomes available (the
+    window ends, the oldest logged hit leaves the window, the next token arrives);
+    ``retry_after`` the seconds until a blocked hit would be admitted (0 when
+    ``allowed``), never earlier than ``reset_after``. Both are floats from the Redis
+    server clock. ``policy`` is the rule's rate and ``name`` its policy name in the
+    headers; ``cost`` the units this hit counted (or tried to); ``partition`` the
+    ``pk`` of the headers (a keyed hash of the identity, never the identity).
+
+    ``decided`` is False when Redis could not answer and the request was let through
+    (``FAIL_OPEN``): then ``allowed`` is True and ``remaining``/``reset_after`` are
+    ``None`` — nothing was counted, so no count is claimed.
+
+    ``bool(decision)`` is ``decision.allowed``.
     """
 
     allowed: bool
     limit: int
-    remaining: int
-    reset_after: float
+    remaining: int | None
+    reset_after: float | None
     retry_after: float
     policy: Rate | None = None
     name: str = "default"
+    decided: bool = True
+    cost: int = 1
+    partition: str = ""
 
     @property
-    def reset(self) -> float:
-        """Alias of ``reset_after`` (seconds until the quota resets)."""
+    def reset(self) -> float | None:
+        """Alias of ``reset_after`` (seconds until more quota becomes available)."""
         return self.reset_after
 
     def __bool__(self) -> bool:
         return self.allowed
+
+    @classmethod
+    def undecided(cls, limiter: Any, cost: int = 1) -> Decision:
+        """The decision recorded when Redis could not answer for ``limiter``: allowed,
+        marked not decided, no counts."""
+        return cls(True, limiter.algorithm.capacity, None, None, 0.0, limiter.rate,
+                   limiter.name, False, cost)
+
+
+_new_tuple = tuple.__new__  # builds a Decision without NamedTuple's Python-level __new__
 
 
 class Algorithm:
@@ -51,34 +75,50 @@ class Algorithm:
     code: ClassVar[str]  # short tag used in key names
     script_name: ClassVar[str]
     # Takes a per-hit request id (ARGV): the sliding window's log member. The other
-    # scripts are not idempotent and run on a client that never re-sends (SPEC D4).
+    # scripts are not idempotent and run on a client that never re-sends a call.
     uses_request_id: ClassVar[bool] = False
 
     def __init__(self, rate: Rate, burst: int | None = None) -> None:
         if burst is not None:
             raise ConfigurationError(f"burst= only applies to token_bucket, not {self.name}.")
         self.rate = rate
+        self.lua: LuaScript = script(self.script_name)
+        # Arguments are sent as ready bytes: no int formatting per call.
+        self._fixed = tuple(str(a).encode() for a in self.fixed_args())
+        self._args_by_cost = {cost: (*self._fixed, str(cost).encode()) for cost in (0, 1)}
+        self._capacity = self.capacity
 
     @property
-    def lua(self) -> LuaScript:
-        return script(self.script_name)
+    def capacity(self) -> int:
+        """The most one identity can spend at once (the limit; a token bucket's burst)."""
+        return self.rate.limit
 
     @property
     def shape(self) -> str:
         """Part of the key name: rules with different rates never share a counter."""
         return f"{self.rate.limit}-{self.rate.period}"
 
-    def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        return (self.rate.limit, self.rate.period * 1000, cost)
+    def fixed_args(self) -> tuple[int, ...]:
+        """The script's arguments before the cost (the same for every hit)."""
+        return (self.rate.limit, self.rate.period * 1000)
 
-    def decision(self, raw: Any, name: str = "default") -> Decision:
+    def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
+        args = self._args_by_cost.get(cost)
+        return args if args is not None else (*self._fixed, str(cost).encode())
+
+    def decision(self, raw: Any, name: str = "default", cost: int = 1,
+                 partition: str = "") -> Decision:
         try:
-            allowed, limit, remaining, reset_ms, retry_ms = raw
-            # A blocked answer always carries a positive wait (Retry-After is >= 1 s anyway).
-            retry = 0.0 if allowed else max(retry_ms / 1000.0, 0.001)
-            return Decision(allowed == 1, limit, remaining if remaining > 0 else 0,
-                            reset_ms / 1000.0 if reset_ms > 0 else 0.0, retry, self.rate, name)
-        except (TypeError, ValueError) as exc:
+            allowed, remaining, reset_ms, retry_ms = raw.split()
+            if allowed == b"1" or allowed == "1":
+                return _new_tuple(Decision, (True, self._capacity, int(remaining),
+                                             int(reset_ms) / 1000.0, 0.0, self.rate, name,
+                                             True, cost, partition))
+            # A blocked answer always carries a positive wait (Retry-After is >= 1 s).
+            return Decision(False, self._capacity, int(remaining), int(reset_ms) / 1000.0,
+                            max(int(retry_ms) / 1000.0, 0.001), self.rate, name, True, cost,
+                            partition)
+        except (AttributeError, TypeError, ValueError) as exc:
             raise ScriptError(f"{self.script_name} answered {raw!r}") from exc
 
 

@@ -1,8 +1,8 @@
 """Exact sliding window: a log of hits in a sorted set (no boundary burst).
 
-At any instant at most ``limit`` hits lie in the trailing ``period``. Memory is one member
-per admitted hit (bounded by ``limit``). Each hit's member is its request id, so a re-sent
-call is recognised and counts nothing (SPEC D4) without any extra key.
+At any instant at most ``limit`` units lie in the trailing ``period``. Memory is one member
+per admitted unit (bounded by ``limit``). Each hit's member is its request id, so a re-sent
+call is recognised and counts nothing, without any extra key.
 """
 
 from __future__ import annotations
@@ -20,4 +20,7 @@ class SlidingWindow(Algorithm):
     uses_request_id = True
 
     def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        return (self.rate.limit, self.rate.period * 1000, cost, request_id)
+        args = self._args_by_cost.get(cost)
+        if args is None:
+            return (*self._fixed, str(cost).encode(), request_id)
+        return (*args, request_id)

@@ -2,13 +2,13 @@
 
 Refills steadily at ``limit`` per ``period``; up to ``burst`` (default: ``limit``) requests
 may pass at once from a full bucket. One small string per key, expiring when full.
+``reset_after`` is when the next token arrives (the next unit of quota), not when the
+bucket is full again: that is what a client waiting for room needs, and it is never later
+than the ``retry_after`` of a blocked hit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from ...scripts import ArgT
 from ..rates import Rate, validate_burst
 from . import Algorithm
 
@@ -19,12 +19,16 @@ class TokenBucket(Algorithm):
     script_name = "ratelimit_token_bucket"
 
     def __init__(self, rate: Rate, burst: int | None = None) -> None:
-        self.rate = rate
         self.burst = validate_burst(burst) or rate.limit
+        super().__init__(rate)
+
+    @property
+    def capacity(self) -> int:
+        return self.burst
 
     @property
     def shape(self) -> str:
         return f"{self.rate.limit}-{self.rate.period}-{self.burst}"
 
-    def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        return (self.rate.limit, self.rate.period * 1000, self.burst, cost)
+    def fixed_args(self) -> tuple[int, ...]:
+        return (self.rate.limit, self.rate.period * 1000, self.burst)

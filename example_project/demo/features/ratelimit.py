@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
+from django_redispatterns.exceptions import BackendUnavailable
 from django_redispatterns.ratelimit import RateLimiter, ratelimit
 from django_redispatterns.ratelimit.identity import by_ip
 
@@ -20,8 +21,11 @@ ALGORITHMS = ("fixed_window", "sliding_window", "token_bucket")
 
 
 def _answer(request: HttpRequest) -> JsonResponse:
+    # Always set once the rule ran; decided is False when Redis could not answer and the
+    # request was let through (FAIL_OPEN): then there are no counts to show.
     decision = request.ratelimit  # type: ignore[attr-defined]
-    return JsonResponse({"allowed": decision.allowed, "remaining": decision.remaining,
+    return JsonResponse({"allowed": decision.allowed, "decided": decision.decided,
+                         "remaining": decision.remaining,
                          "reset_after": decision.reset_after})
 
 
@@ -48,8 +52,12 @@ def index(request: HttpRequest) -> HttpResponse:
 @require_POST
 def reset(request: HttpRequest) -> HttpResponse:
     identity = by_ip(request)
-    cleared = [algorithm for algorithm in ALGORITHMS
-               if RateLimiter(RATE, algorithm=algorithm, group=f"demo-{algorithm}").reset(identity)]
+    try:
+        cleared = [algorithm for algorithm in ALGORITHMS
+                   if RateLimiter(RATE, algorithm=algorithm,
+                                  group=f"demo-{algorithm}").reset(identity)]
+    except BackendUnavailable:
+        return JsonResponse({"error": "Redis is unavailable; nothing to reset."}, status=503)
     return JsonResponse({"cleared": cleared})
 
 
