@@ -7,7 +7,11 @@ Contenders, each a full Django request through the test client (same process, sa
 * **django-idempotency-key 1.3.0** ("DIK") configured for several processes, as its docs
   advise: ``CacheKeyStorage`` on the django-redis cache plus ``MultiProcessRedisLock``
   (one global Redis lock around the lookup);
-* **bare view** — no idempotency at all: the floor both are measured against.
+* **trivial middleware** — the floor for the same round trips: one ``EVALSHA`` (``SET NX
+  PX``, else ``GET``) before the view and one (``SET PX`` of the body) after it, on the
+  same client; a replay is the first call alone. No key parsing, scope, fingerprint, owner
+  check, lease renewal, headers or problem answers;
+* **bare view** — no idempotency at all.
 
 Also prints Redis round trips per request (packets the client sends; a pipeline is one).
 DIK answers the replay with the stored response (``CONFLICT_STATUS_CODE: None``); note that
@@ -17,6 +21,8 @@ it is not safe under concurrency (see docs/idempotency.md), so this compares cos
 from __future__ import annotations
 
 import itertools
+import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +32,44 @@ from django.test import Client
 from django.test.utils import override_settings
 from django.urls import path
 
-from benchmarks.harness import compare
+from benchmarks.harness import Result, compare
+from django_redispatterns import connection
+
+_TRIVIAL_CLAIM = (b"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+                  b"return false end return redis.call('GET', KEYS[1])")
+_TRIVIAL_STORE = b"return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+
+
+class TrivialIdempotencyMiddleware:
+    """The same round trips as ours, and nothing else (see the module docstring).
+
+    Like ours it decides in ``process_view`` (where a middleware can see which view runs,
+    and after CSRF) and stores in ``__call__``, so both pay for URL resolution alike.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        client = connection.client_for("default")
+        self.claim = client.register_script(_TRIVIAL_CLAIM)
+        self.store = client.register_script(_TRIVIAL_STORE)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        response = self.get_response(request)
+        redis_key = request.__dict__.pop("_trivial_claim", None)
+        if redis_key is not None:
+            self.store(keys=[redis_key], args=[response.content, 120000])
+        return response
+
+    def process_view(self, request: HttpRequest, view: Any, args: Any, kwargs: Any) -> Any:
+        key = request.headers.get("Idempotency-Key")
+        if request.method != "POST" or key is None:
+            return None
+        redis_key = "rptest:bench:trivial:" + key
+        held = self.claim(keys=[redis_key], args=[b"P", 30000])
+        if held is not None:
+            return HttpResponse(held, status=201, content_type="application/json")
+        request.__dict__["_trivial_claim"] = redis_key
+        return None
 
 
 def _view(request: HttpRequest) -> HttpResponse:
@@ -51,6 +94,7 @@ if _dik_view is not None:
 BASE_MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
 OURS = [*BASE_MIDDLEWARE, "django_redispatterns.middleware.IdempotencyMiddleware"]
 DIK = [*BASE_MIDDLEWARE, "idempotency_key.middleware.IdempotencyKeyMiddleware"]
+TRIVIAL = [*BASE_MIDDLEWARE, "benchmarks.bench_idempotency.TrivialIdempotencyMiddleware"]
 
 
 def _client(middleware: list[str]) -> Client:
@@ -92,6 +136,42 @@ def _round_trips_per_request(send: Callable[[], object], n: int = 200) -> float:
     return sent / n
 
 
+TRIVIAL_NAME = "trivial middleware, same round trips"
+# Many short rounds: each pair (ours, the trivial middleware) runs within a fraction of a
+# second, so the per-round ratio sees the same machine load on both sides.
+ROUNDS, ROUND_OPS = 41, 60
+
+
+def _alternating_latency(scenario: str, contenders: dict[str, Callable[[], object]],
+                         n: int = 3000) -> None:
+    """Median time of one request, the contenders taking turns request by request.
+
+    On a shared machine a request preempted by another process takes ten times as long;
+    the median over thousands of alternating requests is the cost of a request that was
+    not, measured under the same conditions for every contender.
+    """
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(n):
+        for name, send in contenders.items():
+            started = time.perf_counter()
+            send()
+            times[name].append(time.perf_counter() - started)
+    ours = statistics.median(times[next(iter(contenders))])
+    floor = statistics.median(times[TRIVIAL_NAME])
+    print(f"\n## {scenario}: median latency, requests alternating one by one ({n} each)")
+    for name, samples in times.items():
+        print(f"{name:<40} {statistics.median(samples) * 1e6:>10,.0f} us")
+    print(f"  ours / trivial middleware, median latency: {ours / floor:.2f}x")
+
+
+def _against_the_floor(results: list[Result]) -> None:
+    """Time per request, ours over the trivial middleware's, paired round by round."""
+    ours, floor = results[0], next(r for r in results if r.contender == TRIVIAL_NAME)
+    paired = [f / o for o, f in zip(ours.rates, floor.rates, strict=True)]
+    print(f"  ours / trivial middleware, time per request: median {statistics.median(paired):.2f}x"
+          f" (rounds {min(paired):.2f}-{max(paired):.2f}x)")
+
+
 def run() -> None:
     redis_url = settings.REDIS_URL
     overrides = override_settings(
@@ -108,6 +188,7 @@ def run() -> None:
     )
     with overrides:
         ours, bare = _client(OURS), _client(BASE_MIDDLEWARE)
+        trivial = _client(TRIVIAL)
         dik = _client(DIK) if _dik_view is not None else None
         counter = itertools.count()
 
@@ -117,8 +198,10 @@ def run() -> None:
         def same() -> str:
             return "bench-replay"
 
-        first = {"ours: IdempotencyMiddleware": _poster(ours, "/pay/", fresh)}
-        replay = {"ours: IdempotencyMiddleware": _poster(ours, "/pay/", same)}
+        first = {"ours: IdempotencyMiddleware": _poster(ours, "/pay/", fresh),
+                 TRIVIAL_NAME: _poster(trivial, "/pay/", fresh)}
+        replay = {"ours: IdempotencyMiddleware": _poster(ours, "/pay/", same),
+                  TRIVIAL_NAME: _poster(trivial, "/pay/", same)}
         if dik is not None:
             first["django-idempotency-key 1.3.0 (Redis)"] = _poster(dik, "/dik/pay/", fresh)
             replay["django-idempotency-key 1.3.0 (Redis)"] = _poster(dik, "/dik/pay/", same)
@@ -127,10 +210,15 @@ def run() -> None:
         first["bare view (no idempotency)"] = _poster(bare, "/pay/", fresh)
         replay["bare view (no idempotency)"] = _poster(bare, "/pay/", same)
 
-        compare("idempotency: trivial POST, first request (new key each time)", first,
-                ops=300, rounds=7, warmup=50)
-        compare("idempotency: trivial POST, replay of a stored response", replay,
-                ops=300, rounds=7, warmup=50)
+        _against_the_floor(compare(
+            "idempotency: trivial POST, first request (new key each time)", first,
+            ops=ROUND_OPS, rounds=ROUNDS, warmup=50))
+        _against_the_floor(compare(
+            "idempotency: trivial POST, replay of a stored response", replay,
+            ops=ROUND_OPS, rounds=ROUNDS, warmup=50))
+
+        _alternating_latency("idempotency: first request", first)
+        _alternating_latency("idempotency: replay", replay)
 
         print("\nRedis round trips per request (first / replay):")
         for name in first:

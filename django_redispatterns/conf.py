@@ -65,6 +65,8 @@ SCHEMA: dict[str, Any] = {
         "MAX_BODY_BYTES": ((int,), 1024 * 1024),
         # Lease of the in-flight claim; renewed while a long view runs.
         "LEASE": (_number, 30),
+        # The longest a claim lives, renewals included (seconds; at least LEASE).
+        "MAX_LEASE": (_number, 600),
         # Dotted path of a callable request -> str | None naming whom keys belong to
         # (None: the authenticated user id, else the session key; no scope -> 400).
         "SCOPE": (_optional_str, None),
@@ -155,6 +157,7 @@ def _validate_values(values: Mapping[str, Any]) -> None:
         ("LOCKS']['FENCING_TTL", values["LOCKS"]["FENCING_TTL"]),
         ("IDEMPOTENCY']['TTL", values["IDEMPOTENCY"]["TTL"]),
         ("IDEMPOTENCY']['LEASE", values["IDEMPOTENCY"]["LEASE"]),
+        ("IDEMPOTENCY']['MAX_LEASE", values["IDEMPOTENCY"]["MAX_LEASE"]),
     ):
         if value <= 0:
             raise ConfigurationError(f"{SETTING_NAME}['{path}'] must be > 0, got {value!r}.")
@@ -185,11 +188,11 @@ def get_config() -> Config:
     return build_config(getattr(settings, SETTING_NAME, {}))
 
 
-@receiver(setting_changed)
+@receiver(setting_changed, dispatch_uid="django_redispatterns.conf.reset_config")
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    # A new Config object also for the settings that what is derived from it depends on
+    # (key names hash with SECRET_KEY; connections name CACHES aliases), so a cache may
+    # key on the Config object. Each layer above resets its own state with its own
+    # receiver (clients in ``connection``, the key secret in ``keys``).
     if setting in (SETTING_NAME, "CACHES", "SECRET_KEY"):
         get_config.cache_clear()
-        from . import connection, keys
-
-        connection.reset_clients()
-        keys.reset_secret()

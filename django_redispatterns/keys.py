@@ -2,9 +2,9 @@
 
 Every key this app writes is ``<KEY_PREFIX>:<feature>:...``; identities that come from
 users (IP addresses, user ids where needed, idempotency keys, API-key headers) pass
-through :func:`identity_hash` first (SPEC D6: a keyed HMAC, so an IPv4 address cannot be
+through :func:`identity_hash` first (a keyed HMAC, so an IPv4 address cannot be
 recovered by hashing all 2**32 of them), and user text never goes raw inside a ``{hash
-tag}`` (SPEC D7: a ``}`` or an empty string would move the key to another Cluster slot).
+tag}`` (a ``}`` or an empty string would move the key to another Cluster slot).
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from .conf import get_config
 
@@ -30,6 +33,12 @@ def _secret() -> bytes:
 
 def reset_secret() -> None:
     _secret.cache_clear()
+
+
+@receiver(setting_changed, dispatch_uid="django_redispatterns.keys.reset_secret")
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "SECRET_KEY":
+        reset_secret()
 
 
 def identity_hash(value: str | bytes, *, purpose: str = "") -> str:

@@ -56,7 +56,8 @@ def _words(args: tuple[Any, ...]) -> list[str]:
     """The command's first two words (redis-py sends some as one: ``"CONFIG SET"``)."""
     words: list[str] = []
     for arg in args[:2]:
-        words.extend((arg.decode() if isinstance(arg, bytes) else str(arg)).upper().split())
+        text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+        words.extend(text.upper().split())  # (a key name may be any bytes)
     return words[:2]
 
 

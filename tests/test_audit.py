@@ -222,8 +222,10 @@ def test_bad_options_and_connections_are_command_errors(small_server: RedisServe
         _run("nope")
     dead = small_server.url
     small_server.kill()
-    with pytest.raises(CommandError, match="Redis error"):
+    with pytest.raises(CommandError, match=r"Redis at redis://127\.0\.0\.1:\d+/0 failed: "
+                       "ConnectionError") as info:
         _run(dead)
+    assert info.value.returncode == 1
 
 
 # --- restricted servers -----------------------------------------------------------------

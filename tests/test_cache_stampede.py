@@ -179,24 +179,41 @@ def test_waiters_block_on_a_wake_up_list_not_a_poll(
     assert max(lags) < 2.0, lags
 
 
-def test_processes_and_threads_compute_once(
-    client: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("REDIS_URL", redis_url)
+def stampede_processes(redis_url: str, key: str, processes: int, threads: int,
+                       *args: float) -> list[Any]:
+    """Run :func:`stampede_worker` in ``processes`` spawned children (``args``: its
+    compute time and socket timeout); every value they got."""
     ctx = multiprocessing.get_context("spawn")
     results: Any = ctx.Queue()
     start_at = time.time() + 4  # after every child has imported Django
     procs = [ctx.Process(target=stampede_worker,
-                         args=(redis_url, "shared", COUNTER, 10, start_at, results))
-             for _ in range(4)]
+                         args=(redis_url, key, COUNTER, threads, start_at, results, *args))
+             for _ in range(processes)]
     for p in procs:
         p.start()
     got = [results.get(timeout=60) for _ in procs]
     for p in procs:
         p.join(30)
-    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert [p.exitcode for p in procs] == [0] * processes
+    return [v for batch in got for v in batch]
+
+
+def test_processes_and_threads_compute_once(
+    client: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert stampede_processes(redis_url, "shared", 4, 10) == [{"v": 42}] * 40
     assert computes(client) == 1
-    assert [v for batch in got for v in batch] == [{"v": 42}] * 40
+
+
+def test_processes_compute_once_while_the_computer_extends_its_short_claim(
+    client: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 0.5 s socket timeout makes the claim 1.5 s; a 4 s computation outlives it
+    several times over and is still the only one: its caller extends the claim."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert stampede_processes(redis_url, "long", 3, 2, 4.0, 0.5) == [{"v": 42}] * 6
+    assert computes(client) == 1
 
 
 def test_async_missers_compute_once(client: redis.Redis, redis_url: str) -> None:

@@ -57,14 +57,15 @@ def setup_django_child() -> None:
 
 
 def stampede_worker(url: str, key: str, counter: str, threads: int, start_at: float,
-                    results: Any) -> None:
-    """One process of the multi-process stampede: ``threads`` missers of ``key``."""
+                    results: Any, sleep: float = 0.4, socket_timeout: float = 5) -> None:
+    """One process of the multi-process stampede: ``threads`` missers of ``key``, each
+    computing for ``sleep`` seconds if it gets to."""
     import threading
 
     setup_django_child()
-    cache = make_cache(url, STAMPEDE_LEASE=10)
+    cache = make_cache(url, STAMPEDE_LEASE=10, SOCKET_TIMEOUT=socket_timeout)
     client = redis.Redis.from_url(url)
-    compute = counting(client, counter, value={"v": 42}, sleep=0.4)
+    compute = counting(client, counter, value={"v": 42}, sleep=sleep)
     got: list[Any] = []
 
     def run() -> None:

@@ -317,3 +317,78 @@ def test_manage_py_check_reports_the_error(capsys: pytest.CaptureFixture[str]) -
     with (override_settings(CACHES=redis_cache("django_redis.cache.RedisCache", TIMEOUT=None)),
           pytest.raises(SystemCheckError, match=r"redispatterns\.E001")):
         call_command("check")
+
+
+# --- W017: django-redis's own Sentinel factory does not follow a graceful failover ----------
+
+
+def sentinel_cache(factory: str | None) -> dict[str, Any]:
+    options: dict[str, Any] = {"CLIENT_CLASS": "django_redis.client.SentinelClient",
+                               "SENTINELS": [("127.0.0.1", 26379)]}
+    if factory:
+        options["CONNECTION_FACTORY"] = factory
+    return {"default": {"BACKEND": "django_redis.cache.RedisCache",
+                        "LOCATION": "redis://mymaster/0", "OPTIONS": options}}
+
+
+def test_django_redis_sentinel_factory_warns_and_ours_is_quiet() -> None:
+    plain = "django_redis.pool.SentinelConnectionFactory"
+    with override_settings(CACHES=sentinel_cache(plain)):
+        assert checks.check_cache_sentinel_factories() == [
+            checks.W017(obj="CACHES['default']", alias="default", factory=plain)]
+    with override_settings(CACHES=sentinel_cache(None),
+                           DJANGO_REDIS_CONNECTION_FACTORY=plain):
+        assert ids(checks.check_cache_sentinel_factories()) == ["redispatterns.W017"]
+    ours = "django_redispatterns.connection.SentinelConnectionFactory"
+    with override_settings(CACHES=sentinel_cache(ours)):
+        assert checks.check_cache_sentinel_factories() == []
+
+
+# --- W019: a KEY_FUNCTION that drops the prefix or the version -----------------------------
+
+
+def key_without_prefix(key: str, key_prefix: str, version: int) -> str:
+    return f"{version}:{key}"
+
+
+def key_without_version(key: str, key_prefix: str, version: int) -> str:
+    return f"{key_prefix}:{key}"
+
+
+def key_with_both(key: str, key_prefix: str, version: int) -> str:
+    return f"v{version}|{key_prefix}|{key}"
+
+
+@pytest.mark.parametrize(("function", "dropped"), [
+    (f"{__name__}.key_without_prefix", "prefix"),
+    (f"{__name__}.key_without_version", "version"),
+    (lambda key, key_prefix, version: key, "prefix and version"),
+])
+def test_a_key_function_that_drops_the_prefix_or_version_warns(function: Any,
+                                                               dropped: str) -> None:
+    caches = redis_cache("django_redispatterns.cache.RedisCache", KEY_PREFIX="app",
+                         KEY_FUNCTION=function)
+    with override_settings(CACHES=caches):
+        (message,) = checks.check_cache_key_functions()
+    assert message.id == "redispatterns.W019" and f"drops the key {dropped}" in message.msg
+
+
+def test_key_functions_that_keep_both_are_quiet() -> None:
+    for function in (f"{__name__}.key_with_both", None):
+        extra = {"KEY_FUNCTION": function} if function else {}
+        with override_settings(CACHES=redis_cache("django_redis.cache.RedisCache", **extra)):
+            assert checks.check_cache_key_functions() == []
+
+
+# --- passwords never printed --------------------------------------------------------------
+
+
+def test_connection_errors_name_the_url_without_its_password() -> None:
+    url = "memcached://admin:hunter2@127.0.0.1:11211"
+    with override_settings(REDIS_PATTERNS={"CONNECTION": url}):
+        (message,) = checks.check_settings()
+    assert "hunter2" not in message.msg and "admin:***@" in message.msg
+    cluster = "redis+cluster://:hunter2@127.0.0.1:7000/2"
+    with override_settings(REDIS_PATTERNS={"CONNECTION": cluster}):
+        (message,) = checks.check_settings()
+    assert message.id == "redispatterns.E010" and "hunter2" not in message.msg

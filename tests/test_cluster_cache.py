@@ -103,6 +103,30 @@ def test_get_or_set_runs_the_callable_once_across_threads_on_cluster(cluster_cac
     assert cluster_cache.get_or_set("plain key", lambda: 1, timeout=60) == 1
 
 
+def test_a_slow_computation_extends_its_short_claim_on_cluster(cluster_url: str) -> None:
+    """The claim renewal (lua/cache_renew.lua) routes to the key's master: through a
+    computation of several claim leases (1 s at a 0.3 s socket timeout) the lock stays."""
+    connection.reset_clients()
+    with override_settings(CACHES=cache_settings(cluster_url, SOCKET_TIMEOUT=0.3),
+                           REDIS_PATTERNS=patterns_settings("patterns")):
+        cache = caches["patterns"]
+        lock = cache._companion_key(str(cache.make_key("slow:{report}")), "lock")
+        probe = connection.get_client("LOCKS")
+        samples: list[int] = []
+
+        def slow() -> str:
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                samples.append(probe.pttl(lock))
+                time.sleep(0.1)
+            return "slow value"
+
+        assert cache.get_or_set("slow:{report}", slow, timeout=60) == "slow value"
+        assert len(samples) > 10 and all(0 < ms <= 1000 for ms in samples), samples
+        assert not probe.exists(lock)
+    connection.reset_clients()
+
+
 def test_get_or_set_with_a_lone_closing_brace_on_cluster(cluster_cache: Any) -> None:
     # no helper key can share such a key's slot: Django's plain get_or_set is used there
     assert cluster_cache.get_or_set("odd}key", lambda: 2, timeout=60) == 2

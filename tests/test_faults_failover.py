@@ -13,6 +13,9 @@ switched over, and checks the documented outcome (docs/failure-modes.md):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,9 +28,9 @@ from django_redispatterns import connection
 from django_redispatterns.exceptions import BackendUnavailable
 from django_redispatterns.locks import Lock, held_key
 from django_redispatterns.ratelimit import RateLimiter
-from tests.redis_servers import KEY_PREFIX
+from tests.redis_servers import CACHE_PREFIX, KEY_PREFIX
 from tests.test_cluster_cache import cache_settings
-from tests.topologies import ClusterTopology, SentinelTopology, wait_for
+from tests.topologies import ClusterTopology, SentinelTopology, replicated, wait_for
 from tests.topology_fixtures import use_connection
 
 PROMOTION_DEADLINE = 30.0  # kill -> new primary promoted (Sentinel/Cluster, 2 cores)
@@ -306,3 +309,229 @@ def _hit_ok(limiter: RateLimiter, identity: str) -> bool:
         return bool(limiter.hit(identity).allowed)
     except BackendUnavailable:
         return False
+
+
+# --- graceful failover: nothing acknowledged after the promotion is lost ------------------
+
+# Writes acknowledged this long after the promotion must all survive the old primary's
+# demotion (it resyncs from the new primary and drops what it took alone).
+AFTER_PROMOTION = 0.5
+DEMOTION_DEADLINE = 40.0  # Sentinel demotes a still-running old primary after ~10 s
+
+
+class Traffic:
+    """Sync and asyncio rate-limit hits, and session visits, in the background: the
+    pools hold connections to the primary when the failover starts."""
+
+    def __init__(self, burst_limiter: RateLimiter) -> None:
+        self.burst_limiter = burst_limiter
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.threads = [threading.Thread(target=self._sync, daemon=True),
+                        threading.Thread(target=lambda: asyncio.run(self._async()),
+                                         daemon=True)]
+        self.async_burst: dict[str, Any] = {}
+        self.burst_requested = threading.Event()
+        self.burst_done = threading.Event()
+
+    def __enter__(self) -> Traffic:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+    def _sync(self) -> None:
+        limiter = RateLimiter("1000000/m", algorithm="fixed_window")
+        browser = Client(REMOTE_ADDR="198.51.100.20", raise_request_exception=False)
+        while not self.stop.is_set():
+            with contextlib.suppress(BackendUnavailable):
+                limiter.hit("background")
+            status = browser.get("/sess/").status_code
+            if status not in (200, 503):
+                self.errors.append(f"session view answered {status}")
+            time.sleep(0.01)
+
+    async def _async(self) -> None:
+        limiter = RateLimiter("1000000/m", algorithm="fixed_window")
+        while not self.stop.is_set():
+            with contextlib.suppress(BackendUnavailable):
+                await limiter.ahit("background-async")
+            if self.burst_requested.is_set() and not self.burst_done.is_set():
+                self.async_burst = await _async_burst(self.burst_limiter, "burst-async")
+                self.burst_done.set()
+            await asyncio.sleep(0.01)
+
+
+async def _async_burst(limiter: RateLimiter, identity: str) -> dict[str, Any]:
+    acked = 0
+    for _ in range(30):
+        with contextlib.suppress(BackendUnavailable):
+            await limiter.ahit(identity)
+            acked += 1
+    return {"acked": acked}
+
+
+def _sync_burst(limiter: RateLimiter, identity: str) -> int:
+    acked = 0
+    for _ in range(30):
+        with contextlib.suppress(BackendUnavailable):
+            limiter.hit(identity)
+            acked += 1
+    return acked
+
+
+def _role(server: Any) -> str:
+    role = server.client(socket_timeout=1).execute_command("ROLE")[0]
+    return role.decode() if isinstance(role, bytes) else str(role)
+
+
+def failover_then_write(sentinel: SentinelTopology, user: Any,
+                        also: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """``SENTINEL FAILOVER`` under traffic; AFTER_PROMOTION s after the replica turned
+    primary, sign in, hit a limit 30 times (sync and asyncio) and run ``also``; return
+    once the old primary is demoted and in sync with the new one."""
+    old, new = sentinel.primary(), sentinel.replica()
+    limiter = RateLimiter("100000/m", algorithm="fixed_window")
+    signed_in = Client(REMOTE_ADDR="198.51.100.21", raise_request_exception=False)
+    with Traffic(limiter) as traffic:
+        time.sleep(0.5)  # pooled connections to the primary, in use
+        sentinel.sentinel_client().execute_command("SENTINEL", "FAILOVER", sentinel.service)
+        wait_for(lambda: _role(new) == "master", PROMOTION_DEADLINE,
+                 "the replica's promotion", step=0.005)
+        promoted = time.monotonic()
+        time.sleep(max(0.0, promoted + AFTER_PROMOTION - time.monotonic()))
+        assert _role(old) == "master", "the old primary was demoted early: proves nothing"
+        signed_in.force_login(user)
+        acked = _sync_burst(limiter, "burst")
+        traffic.burst_requested.set()
+        assert traffic.burst_done.wait(CALL_BOUND * 30)
+        also()
+        window = time.monotonic() - promoted
+    assert not traffic.errors, traffic.errors[:3]
+    wait_for(lambda: _role(old) == "slave", DEMOTION_DEADLINE, "the old primary's demotion")
+    wait_for(lambda: replicated(new, old), 30, "the old primary to resync")
+    return {"client": signed_in, "acked": acked, "async_acked": traffic.async_burst["acked"],
+            "limiter": limiter, "old": old, "window": window}
+
+
+def assert_nothing_lost(outcome: dict[str, Any], user: Any) -> None:
+    from django.conf import settings
+    from django.contrib.sessions.backends.base import SessionBase
+    from django.utils.module_loading import import_string
+
+    assert outcome["window"] < 10, "the writes came too late to prove anything"
+    key = outcome["client"].cookies["sessionid"].value
+    store: SessionBase = import_string(f"{settings.SESSION_ENGINE}.SessionStore")(key)
+    assert store.get("_auth_user_id") == str(user.pk), "the sign-in was lost"
+    limiter: RateLimiter = outcome["limiter"]
+    for identity, acked in (("burst", outcome["acked"]), ("burst-async", outcome["async_acked"])):
+        state = limiter.peek(identity)
+        assert acked == 30, f"{identity}: only {acked} of 30 hits acknowledged"
+        assert state.limit - state.remaining == acked, f"{identity}: hits lost"
+
+
+@pytest.mark.django_db
+def test_graceful_failover_loses_no_write_acknowledged_after_the_promotion(
+    sentinel_factory: Callable[[], SentinelTopology], http_app: None,
+    django_user_model: Any,
+) -> None:
+    """A sign-in and rate-limit hits (sync and asyncio) acknowledged 0.5 s after the
+    replica's promotion survive the old primary's demotion: the pooled clients followed
+    the switch instead of writing on to the old primary until Sentinel demoted it."""
+    user = django_user_model.objects.create_user("failover-user", password="x")
+    sentinel = sentinel_factory()
+    with use_connection(sentinel.url, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5):
+        outcome = failover_then_write(sentinel, user)
+        assert_nothing_lost(outcome, user)
+
+
+@pytest.mark.django_db
+def test_graceful_failover_behind_django_redis_sentinel_set_up_loses_nothing(
+    sentinel_factory: Callable[[], SentinelTopology], http_app: None,
+    django_user_model: Any,
+) -> None:
+    """The same through django-redis's own Sentinel set-up (``SentinelClient`` and
+    ``OPTIONS["SENTINELS"]``) with our connection factory, for the features and for
+    the cache itself."""
+    user = django_user_model.objects.create_user("failover-user-2", password="x")
+    sentinel = sentinel_factory()
+    caches_setting = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "sentinel": {
+            "BACKEND": "django_redispatterns.cache.RedisCache",
+            "LOCATION": f"redis://{sentinel.service}/0",
+            "KEY_PREFIX": CACHE_PREFIX,
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redispatterns.connection.SentinelConnectionFactory",
+                "SENTINELS": [("127.0.0.1", s.port) for s in sentinel.sentinels],
+                "SOCKET_TIMEOUT": 0.5, "SOCKET_CONNECT_TIMEOUT": 0.5,
+            },
+        },
+    }
+    with override_settings(CACHES=caches_setting), use_connection("sentinel"):
+        caches["sentinel"].set("before", 1, 300)
+
+        def cache_write() -> None:
+            caches["sentinel"].set("after", 2, 300)
+
+        outcome = failover_then_write(sentinel, user, also=cache_write)
+        assert_nothing_lost(outcome, user)
+        assert caches["sentinel"].get("after") == 2, "the cache write was lost"
+        assert caches["sentinel"].get("before") == 1
+
+
+def _burst_in_a_forked_child(replica_port: int, results: Any) -> None:
+    """In a child forked after the parent's clients were built: connect (the pool then
+    holds a connection to the old primary), wait for the promotion, then hit the limit
+    30 times through the inherited clients."""
+    import redis
+
+    limiter = RateLimiter("100000/m", algorithm="fixed_window")
+    limiter.hit("child-warm-up")
+    results.put("ready")
+    replica = redis.Redis(port=replica_port, socket_timeout=1)
+    deadline = time.monotonic() + PROMOTION_DEADLINE
+    while replica.execute_command("ROLE")[0] != b"master":
+        if time.monotonic() > deadline:
+            results.put(-1)
+            return
+        time.sleep(0.005)
+    time.sleep(AFTER_PROMOTION)
+    results.put(_sync_burst(limiter, "forked"))
+
+
+def test_a_forked_process_follows_a_graceful_failover(
+    sentinel_factory: Callable[[], SentinelTopology],
+) -> None:
+    """gunicorn's pre-fork model: clients (and their Sentinel listeners) built in the
+    parent; the child's listeners restart there, so its writes follow the promotion."""
+    import multiprocessing
+
+    sentinel = sentinel_factory()
+    with use_connection(sentinel.url, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5):
+        limiter = RateLimiter("100000/m", algorithm="fixed_window")
+        limiter.hit("parent")  # the parent's pool, connected, and its watch listening
+        old, new = sentinel.primary(), sentinel.replica()
+        context = multiprocessing.get_context("fork")
+        results = context.Queue()
+        child = context.Process(target=_burst_in_a_forked_child, args=(new.port, results))
+        child.start()
+        try:
+            assert results.get(timeout=30) == "ready"
+            sentinel.sentinel_client().execute_command("SENTINEL", "FAILOVER",
+                                                       sentinel.service)
+            acked = results.get(timeout=PROMOTION_DEADLINE + 30)
+        finally:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+        assert acked == 30
+        wait_for(lambda: _role(old) == "slave", DEMOTION_DEADLINE, "the old primary's demotion")
+        wait_for(lambda: replicated(new, old), 30, "the old primary to resync")
+        state = limiter.peek("forked")
+        assert state.limit - state.remaining == 30, "the child's hits went to the old primary"

@@ -165,3 +165,131 @@ def test_script_survives_script_flush(own_redis: redis.Redis) -> None:
 def test_unknown_script_is_a_clear_error() -> None:
     with pytest.raises(LookupError, match="no Lua script named"):
         scripts.LuaScript("does_not_exist")
+
+
+# --- layering and settings resets -------------------------------------------------------
+
+
+def _package_imports(module_file: str) -> set[str]:
+    """Modules of the package that ``module_file`` imports, wherever the import stands."""
+    import ast
+    from pathlib import Path
+
+    import django_redispatterns
+
+    root = Path(django_redispatterns.__file__).parent
+    found: set[str] = set()
+    for node in ast.walk(ast.parse((root / module_file).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            found.update(f"{node.module or ''}.{a.name}".strip(".") for a in node.names)
+            if node.module:
+                found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "django_redispatterns"):
+            found.add(node.module or "")
+    return found
+
+
+def test_settings_import_nothing_above_them() -> None:
+    """conf is read by the foundation; it must not reach up into clients or keys."""
+    imported = {name.split(".")[-1] for name in _package_imports("conf.py")}
+    assert not imported & {"connection", "keys", "scripts"}, imported
+
+
+def test_the_deploy_checks_use_connections_public_url_helpers() -> None:
+    imported = _package_imports("checks/targets.py")
+    assert not {name for name in imported if name.rsplit(".", 1)[-1].startswith("_")}, imported
+
+
+def test_override_settings_resets_clients_config_and_secret(redis_url: str) -> None:
+    before_client = connection.client_for(redis_url)
+    before_hash = keys.identity_hash("x")
+    with override_settings(SECRET_KEY="another-secret-for-this-test"):
+        assert keys.identity_hash("x") != before_hash
+        assert connection.client_for(redis_url) is not before_client
+    assert keys.identity_hash("x") == before_hash
+    with override_settings(REDIS_PATTERNS={"KEY_PREFIX": KEY_PREFIX, "SOCKET_TIMEOUT": 0.25}):
+        client = connection.client_for(redis_url)
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.25
+    assert connection.client_for(redis_url).connection_pool.connection_kwargs[
+        "socket_timeout"] == 1.0
+
+
+# --- URLs: parsing and redaction ----------------------------------------------------------
+
+
+def test_parse_url_reads_hosts_credentials_service_and_db() -> None:
+    parsed = connection.parse_url(
+        "redis+sentinel://us%40r:p%3Ass@10.0.0.1:26380,10.0.0.2/mymaster/3?sentinel_password=s")
+    assert parsed.scheme == "redis+sentinel"
+    assert parsed.hosts == (("10.0.0.1", 26380), ("10.0.0.2", 26379))
+    assert parsed.credentials == {"username": "us@r", "password": "p:ss"}
+    assert parsed.path == ("mymaster", "3")
+    assert parsed.query == {"sentinel_password": "s"}
+    cluster = connection.parse_url("redis+cluster://a:1,b")
+    assert cluster.hosts == (("a", 1), ("b", 6379)) and cluster.credentials == {}
+
+
+@pytest.mark.parametrize(("url", "secret"), [
+    ("redis://:hunter2@127.0.0.1:6379/0", "hunter2"),
+    ("redis://alice:hunter2@127.0.0.1:6379/0", "hunter2"),
+    ("rediss://alice:hun@ter2@cache.example:6380/1", "hun@ter2"),  # an unencoded '@'
+    ("redis+sentinel://:hunter2@h1:26379,h2:26379/svc/0?sentinel_password=s3cret", "s3cret"),
+    ("redis+sentinel://:hunter2@h1:26379/svc?sentinel_password=s3cret", "hunter2"),
+    ("unix:///tmp/redis.sock?db=0&password=hunter2", "hunter2"),
+    ("redis://h:6379/0?password=hunter2", "hunter2"),
+])
+def test_redact_hides_every_password(url: str, secret: str) -> None:
+    shown = connection.redact(url)
+    assert secret not in shown and "***" in shown
+    assert "@" not in shown or shown.split("://", 1)[1].count("@") <= 1
+    # the rest stays readable: scheme and host are still there
+    assert shown.split("://")[0] == url.split("://")[0]
+    text = f"Error connecting to {url}: refused"
+    assert secret not in connection.redact_text(text)
+    assert connection.redact_text(text).endswith(": refused")
+
+
+def test_redact_leaves_password_free_urls_alone() -> None:
+    for url in ("redis://127.0.0.1:6379/0", "redis://alice@h:1/0", "default",
+                "redis+cluster://a:1,b:2"):
+        assert connection.redact(url) == url
+
+
+def test_an_unsupported_scheme_error_names_the_url_without_its_password() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        connection.client_for("memcached://admin:hunter2@127.0.0.1:11211")
+    assert "hunter2" not in str(info.value)
+    assert "memcached://admin:***@127.0.0.1:11211" in str(info.value)
+
+
+# --- Sentinel: what a process believes about the primary -----------------------------------
+
+
+def test_sentinel_watch_pins_a_promotion_until_the_sentinels_confirm_it() -> None:
+    from django_redispatterns.connection.watch import Watch
+
+    old, new = ("10.0.0.1", 6379), ("10.0.0.2", 6379)
+    watch = Watch("svc", [("127.0.0.1", 1)], {})
+    assert watch.accept(3, old) and watch.generation == 0
+    watch.promoted(new)  # the probe saw the replica answer ROLE master
+    moved = watch.generation
+    assert moved == 1 and watch.pinned() == new
+    assert not watch.accept(3, old), "a sentinel still naming the old primary is ignored"
+    assert watch.pinned() == new and watch.generation == moved
+    assert watch.accept(4, new)  # +switch-master: the configuration that confirms it
+    assert watch.pinned() is None and watch.generation == moved
+    assert not watch.accept(3, old), "an epoch older than one seen: that sentinel lags"
+    watch.restart(0, old)  # every sentinel answers an older epoch: they were rebuilt
+    assert watch.accept(0, old) and watch.generation == moved + 1
+
+
+def test_sentinel_watch_drops_a_pin_on_abort() -> None:
+    from django_redispatterns.connection.watch import Watch
+
+    watch = Watch("svc", [("127.0.0.1", 1)], {})
+    watch.accept(1, ("a", 1))
+    watch.promoted(("b", 1))
+    watch.aborted()
+    assert watch.pinned() is None
+    assert watch.accept(1, ("a", 1))

@@ -112,6 +112,7 @@ def test_server_wide_commands_run_on_a_server_this_run_started(
     assert client.flushall() and client.dbsize() == 0
     assert client.config_set("maxmemory", "64mb")
     client.get("x")  # reads and writes of keys are never refused, anywhere
+    assert client.set(b"bytes:\xff\x1b", 1, ex=60)  # any key name, not only UTF-8
 
 
 def test_own_redis_points_the_app_at_a_server_of_the_tests_own(own_redis: redis.Redis) -> None:

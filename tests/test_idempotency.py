@@ -1,4 +1,4 @@
-"""Idempotency keys over HTTP: every row of SPEC section 4's table, sync and async."""
+"""Idempotency keys over HTTP: every row of docs/idempotency.md's table, sync and async."""
 
 from __future__ import annotations
 
@@ -519,7 +519,7 @@ def test_bad_idempotency_settings_name_the_key(redis_client: redis.Redis,
 
 
 def test_decorator_rejects_a_non_positive_ttl() -> None:
-    from django_redispatterns.idempotency.http import options
+    from django_redispatterns.idempotency.options import options
 
     with pytest.raises(ConfigurationError, match="ttl"):
         options(ttl=0)

@@ -1,4 +1,5 @@
-"""The Redis-level store: owner checks, re-sent calls (SPEC D4), TTLs, key names, operators."""
+"""The Redis-level store: owner checks, re-sent calls (a lost reply, sent again), TTLs, key names,
+operators."""
 
 from __future__ import annotations
 
@@ -61,12 +62,12 @@ def test_mismatch_names_every_differing_part(store: IdempotencyStore) -> None:
 
 def test_resent_claim_is_recognised_as_ours(store: IdempotencyStore,
                                             redis_client: redis.Redis) -> None:
-    # SPEC D4: the first send applied but its reply was lost; the same call is sent again.
+    # The first send applied but its reply was lost; the same call is sent again.
     claim = claim_of(store)
     heartbeat.unwatch(claim)
     again = scripts.script("idempotency_claim")(
         redis_client, [claim.redis_key], [claim.pending, claim.lease_ms])
-    assert again[0] == 0 and again[1] == claim.pending
+    assert again == claim.pending  # the value holding the key: our own claim
     assert store._decide(claim, FP, again) is claim  # not a 409 to ourselves
     store.release(claim)
 
@@ -164,7 +165,7 @@ def run(*args: str) -> str:
 def test_command_shows_and_deletes_a_record(store: IdempotencyStore) -> None:
     store.complete(claim_of(store, "user:42", "order-1"), RESPONSE, FP, ttl=60)
     heartbeat.unwatch(claim_of(store, "session:abc", "order-2"))  # held by "another process"
-    shown = json.loads(run("show", "--user", "42", "order-1", "--body"))
+    shown = json.loads(run("show", "--scope", "user:42", "order-1", "--body"))
     assert shown["state"] == "stored" and shown["status"] == 201
     assert shown["body"] == '{"ok": true}' and 0 < shown["ttl_seconds"] <= 60
     assert json.loads(run("show", "--session", "abc", '"order-2"'))["state"] == "in_flight"
@@ -172,9 +173,9 @@ def test_command_shows_and_deletes_a_record(store: IdempotencyStore) -> None:
     assert run("delete", "--scope", "user:42", "order-1").strip() == "deleted"
     assert run("delete", "--scope", "user:42", "order-1").strip() == "no such record"
     with pytest.raises(CommandError, match="no record"):
-        run("show", "--user", "42", "order-1")
+        run("show", "--scope", "user:42", "order-1")
     with pytest.raises(CommandError, match="invalid key"):
-        run("show", "--user", "42", "")
+        run("show", "--scope", "user:42", "")
     run("delete", "--session", "abc", "order-2")
 
 
@@ -182,4 +183,20 @@ def test_command_reports_an_unreadable_record(store: IdempotencyStore,
                                               redis_client: redis.Redis) -> None:
     key, _ = IdempotencyStore.redis_key("user:9", "bad")
     redis_client.set(key, b"junk", ex=60)
-    assert json.loads(run("show", "--user", "9", "bad"))["state"] == "unreadable"
+    assert json.loads(run("show", "--scope", "user:9", "bad"))["state"] == "unreadable"
+
+
+@pytest.mark.parametrize("reason", [None, "Créé", 'a "quoted" \\ reason'])
+def test_a_record_is_the_bytes_it_always_was(reason: str | None) -> None:
+    # Records outlive a deploy (TTL 24 h): the layout written and read must not drift.
+    from django_redispatterns.idempotency.records import parse_value
+
+    headers = (("Content-Type", "text/plain; charset=utf-8"), ("X-Odd", 'é "q" \\ \t\x7f'),
+               ("Link", '</next>; rel="next"'))
+    response = StoredResponse(299, headers, b"\xff binary\n body with a newline", reason)
+    meta = json.dumps({"s": 299, "r": reason, "h": headers}, separators=(",", ":"),
+                      ensure_ascii=True)
+    value = response.encode(FP)
+    assert value == b"D " + FP.encode().encode() + b" " + meta.encode() + b"\n" + response.body
+    kind, encoded, parsed = parse_value(value)
+    assert (kind, encoded, parsed) == (b"D", FP.encode().encode(), response)

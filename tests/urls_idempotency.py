@@ -153,7 +153,82 @@ class DrfCharge(APIView):
                         status=201)
 
 
+# --- exit paths that must still settle the claim ---------------------------------------------
+# One view per way a request can end; ``settled/`` (decorated) and ``plain/`` (the middleware)
+# serve the same views. ``?how=`` picks the ending: ``render`` (a lazily rendered response whose
+# rendering raises after the view returned), ``none`` (the view returns None), ``raise``,
+# ``500``, ``ok`` (a final 201), ``template`` (a lazy response rendered fine); ``?sleep=`` makes
+# the async view long, to be cancelled.
+
+
+class _Boom:
+    @property
+    def x(self) -> str:
+        raise RuntimeError("the template failed while rendering")
+
+
+def _ending(request: HttpRequest, name: str) -> Any:
+    _count(name)
+    how = request.GET.get("how", "")
+    if how == "none":
+        return None
+    if how == "raise":
+        raise RuntimeError("the view failed")
+    if how in ("500", "ok"):
+        status = 500 if how == "500" else 201
+        return JsonResponse({"view": name, "n": time.time_ns()}, status=status)
+    from django.template import engines
+
+    template = engines["django"].from_string("rendered {{ n }} {{ boom.x }}" if how == "render"
+                                            else "rendered {{ n }}")
+    return TemplateResponse(request, template, {"n": time.time_ns(), "boom": _Boom()},
+                            status=201)
+
+
+def ending(request: HttpRequest) -> Any:
+    return _ending(request, "ending")
+
+
+async def aending(request: HttpRequest) -> Any:
+    if "sleep" in request.GET:
+        _count("aending:start")
+        await asyncio.sleep(float(request.GET["sleep"]))
+    return _ending(request, "aending")
+
+
+class DrfRenderFails(APIView):
+    """DRF renders a ``Response`` after the view: this one cannot be rendered as JSON."""
+
+    authentication_classes = [HeaderAuthentication]
+    permission_classes: list[Any] = []
+
+    @method_decorator(idempotent(required=True))
+    def post(self, request: Any) -> Response:
+        _count("drf-render")
+        return Response({"not json": object()}, status=201)
+
+
+class RaisingTemplateMiddleware:
+    """A ``process_template_response`` that fails: the view's response is never rendered."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        return self.get_response(request)
+
+    def process_template_response(self, request: HttpRequest, response: Any) -> Any:
+        if "fail-template-middleware" in request.GET:
+            raise RuntimeError("process_template_response failed")
+        return response
+
+
 urlpatterns = [
+    path("settled/sync/", idempotent(scope=header_scope)(ending)),
+    path("settled/async/", idempotent(scope=header_scope)(aending)),
+    path("plain/sync/", ending),
+    path("plain/async/", aending),
+    path("drf-render/", DrfRenderFails.as_view()),
     path("drf/", DrfCharge.as_view()),  # the middleware sees the decorated post() and steps aside
     path("charge/", charge),
     path("other/", charge),
@@ -228,3 +303,41 @@ def child_hold(redis_url: str, url: str, key: str, **idempotency: Any) -> None:
     child_setup(redis_url)
     with idem_settings(**idempotency):
         post(Client(), url, key=key)
+
+
+async def asgi_post(path: str, query: bytes = b"", *, key: str = "k1", user: str = "alice",
+                    body: bytes = b'{"amount": 100}',
+                    disconnect_when: Any = None) -> tuple[int | None, bytes]:
+    """One POST through Django's ``ASGIHandler`` from a hand-made scope (raw query bytes).
+
+    ``disconnect_when``: a zero-argument callable; once it is true the client hangs up
+    (Django then cancels the view). Returns the status (None if nothing was sent) and body.
+    """
+    from django.core.handlers.asgi import ASGIHandler
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
+        "root_path": "", "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                    (b"idempotency-key", key.encode()), (b"x-test-user", user.encode())],
+    }
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    inbox.put_nowait({"type": "http.request", "body": body, "more_body": False})
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return await inbox.get()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    call = asyncio.ensure_future(ASGIHandler()(scope, receive, send))
+    if disconnect_when is not None:
+        deadline = time.monotonic() + 30
+        while not disconnect_when() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        inbox.put_nowait({"type": "http.disconnect"})
+    await asyncio.wait_for(call, 60)
+    status = next((m["status"] for m in sent if m["type"] == "http.response.start"), None)
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

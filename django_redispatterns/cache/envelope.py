@@ -37,19 +37,34 @@ class Entry:
     def is_stale(self, now: float) -> bool:
         return now >= self.soft_expiry
 
-    def refresh_early(self, now: float, beta: float) -> bool:
-        """XFetch (Vattani et al., VLDB 2015): ``now - δ·β·ln(U) >= expiry``, U ~ (0, 1].
+    def servable(self, now: float, stale_ttl: float) -> bool:
+        """May ``get_or_set`` serve it while another caller refreshes it: fresh, or
+        expired less than ``stale_ttl`` seconds ago."""
+        return now < self.soft_expiry + stale_ttl
 
-        Expected early recomputations per expiry stay about one however many readers
-        there are, and they happen earlier for values that take longer to compute.
-        """
-        if beta <= 0 or self.delta <= 0 or math.isinf(self.soft_expiry):
-            return False
-        return now - self.delta * beta * math.log(1.0 - random.random()) >= self.soft_expiry
+    def refresh_early(self, now: float, beta: float) -> bool:
+        return refresh_early(now, self.soft_expiry, self.delta, beta)
+
+
+def refresh_early(now: float, soft_expiry: float, delta: float, beta: float) -> bool:
+    """XFetch (Vattani et al., VLDB 2015): ``now - δ·β·ln(U) >= expiry``, U ~ (0, 1].
+
+    Expected early recomputations per expiry stay about one however many readers there
+    are, and they happen earlier for values that take longer to compute.
+    """
+    if beta <= 0 or delta <= 0 or math.isinf(soft_expiry):
+        return False
+    return now - delta * beta * math.log(1.0 - random.random()) >= soft_expiry
 
 
 def is_envelope(raw: bytes) -> bool:
     return raw[: len(MAGIC)] == MAGIC
+
+
+def times(raw: bytes) -> tuple[float, float]:
+    """``(soft_expiry, delta)`` of an envelope, without decoding its payload."""
+    soft_expiry, delta = _META.unpack_from(raw, len(MAGIC))
+    return soft_expiry, delta
 
 
 def pack(payload: bytes, ttl: float | None, delta: float, now: float | None = None) -> bytes:

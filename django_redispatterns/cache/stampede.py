@@ -1,32 +1,41 @@
 """Single-flight ``get_or_set``, written once as a generator and driven sync or async.
 
-The generator decides; the drivers in :mod:`.backend` talk to Redis. It yields operations
-and receives their results:
+The generator decides; the driver in :mod:`.flight` talks to Redis (through :mod:`.ops` /
+:mod:`.aops`). It reads and writes values through a :class:`~.codec.Codec` and reports
+through :class:`Reporter`, so it needs nothing of the backend. It yields operations and
+receives their results:
 
-* ``("read", key)`` → the raw bytes or ``None`` (one GET: the hit path);
 * ``("claim", keys, args)`` → the reply of ``lua/cache_claim.lua``;
 * ``("wait", wake_key, seconds)`` → ``True`` when the computing caller woke us;
-* ``("compute",)`` → the callable's value (its exception is thrown into the generator);
+* ``("compute", renew)`` → the callable's value (its exception is thrown into the
+  generator); ``renew`` is the ``("renew", keys, args)`` operation
+  (``lua/cache_renew.lua``) that keeps our claim alive while the callable runs, or
+  ``None`` when we compute without holding the claim;
 * ``("settle", keys, args)`` → ``lua/cache_settle.lua`` (store and/or release, wake waiters).
 
 The generator's return value is ``get_or_set``'s result.
+
+Time. A claim is short (``Policy.claim_lease``, a few socket timeouts) and carries the
+server's clock: the computing caller extends it while it computes (never past
+``STAMPEDE_LEASE`` from the claim), so a claim whose caller gave up, crashed, or came back
+with a restarted server blocks others for one short lease at most. The store counts the
+value's lifetime from when it was computed, on the server's clock, so a store that waited
+in a hung server's socket gets only what is left of it.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import signals
 from . import envelope
-
-if TYPE_CHECKING:
-    from .backend import RedisCache
+from .codec import Codec
+from .options import Policy
 
 logger = logging.getLogger("django_redispatterns.cache")
 
@@ -39,80 +48,101 @@ WAKE_TTL_MS = 5000
 _TOKEN_BYTES = 12  # 16 URL-safe characters: every token has the same length
 
 
-@dataclass(frozen=True)
-class Policy:
-    """Stampede settings of one cache (from its OPTIONS)."""
+class Reporter:
+    """The cache signals of one backend (``cache`` is the backend instance the receivers
+    get; it is only passed on)."""
 
-    lease: float  # seconds a computing caller holds the lock
-    max_wait: float  # seconds a waiter waits in all before computing on its own
-    stale_ttl: float  # seconds a value is kept (and served) after it expires
-    beta: float  # XFetch β; 0 turns early recomputation off
-    block_cap: float  # longest single blocking wait (below the socket timeout)
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def stale_served(self, key: Any) -> None:
+        signals.stale_value_served.send(type(self.cache), key=key, cache=self.cache)
+
+    def takeover(self, key: Any) -> None:
+        logger.warning("cache key %r: computing caller's lease ended; taking over", key)
+        signals.stampede_lease_takeover.send(type(self.cache), key=key, cache=self.cache)
+
+    def waited(self, key: Any, since: float | None, *, got_value: bool) -> None:
+        """Send ``stampede_wait`` for a caller that waited since ``since`` (monotonic)."""
+        if since is None:
+            return
+        seconds = time.monotonic() - since
+        signals.stampede_wait.send(type(self.cache), key=key, cache=self.cache,
+                                   waited=got_value, seconds=seconds)
+
+
+@dataclass(frozen=True)
+class ClaimTime:
+    """When a claim ran: the server's clock (ms) and this process's monotonic clock."""
+
+    server_ms: int
+    local: float
+
+    def elapsed_ms(self) -> int:
+        """Milliseconds since the claim's reply arrived here."""
+        return max(0, int((time.monotonic() - self.local) * 1000))
 
 
 def new_token() -> str:
     return secrets.token_urlsafe(_TOKEN_BYTES)
 
 
-UNREAD = object()
-
-
 def get_or_set_flow(
-    cache: RedisCache, key: Any, ttl: float | None, nkey: str, policy: Policy,
-    raw: Any = UNREAD, waited: float = 0.0,
+    codec: Codec, report: Reporter, key: Any, ttl: float | None, nkey: str, policy: Policy,
+    raw: bytes | None, waited: float = 0.0,
 ) -> Flow:
     """Return the cached value of ``nkey`` or the callable's, computing it at most once
     per expiry across every thread and process (see docs/cache.md for the guarantees).
 
-    ``raw`` is what the caller's own GET returned, if it already read the key; ``waited``
-    the seconds it already spent waiting for another caller (counts against STAMPEDE_WAIT).
+    ``raw`` is what the caller's own GET returned (``None``: a miss; else an entry that is
+    stale or that XFetch picked for an early refresh); ``waited`` the seconds it already
+    spent waiting for another caller (counts against STAMPEDE_WAIT). ``ttl`` > 0 or None.
     """
-    if ttl is not None and ttl <= 0:  # Django: a timeout <= 0 stores nothing
-        return (yield ("compute",))
-
     stale: envelope.Entry | None = None
-    if raw is UNREAD:
-        raw = yield ("read", nkey)
     if raw is not None:
-        found = cache._decode_raw(raw)
+        found = codec.decode(raw)
         if not isinstance(found, envelope.Entry):
             return found  # written by set(): a plain hit
         now = time.time()
+        # The second XFetch draw for this read (the hit path made the first): an early
+        # refresh happens with probability exp(-2(expiry - now) / (δβ)); docs/cache.md.
         if not found.is_stale(now) and not found.refresh_early(now, policy.beta):
             return found.value
         stale = found
 
-    lock_key = cache._companion_key(nkey, "lock")
+    lock_key = codec.companion(nkey, "lock")
     token = new_token()
-    lease_ms = max(1, int(policy.lease * 1000))
+    claim_ms = max(1, int(policy.claim_lease * 1000))
     waited_since: float | None = time.monotonic() - waited if waited else None
     holder_seen: str | None = None
     woken = False
     while True:
-        header = stale.header if stale is not None else b""
+        # An entry we may serve while another caller refreshes it: fresh (an early
+        # refresh) or expired less than STALE_TTL ago. Otherwise we wait like a miss.
+        servable = stale is not None and stale.servable(time.time(), policy.stale_ttl)
         reply = yield (
             "claim",
             (nkey, lock_key),
-            (token, lease_ms, header, "0" if stale is not None else "1"),
+            (token, claim_ms, stale.header if stale is not None else b"",
+             "0" if servable else "1"),
         )
-        status = int(reply[0])
+        status, claimed = int(reply[0]), ClaimTime(int(reply[1]), time.monotonic())
         if status == 2:  # a value is there (filled while we looked, or refreshed by another)
-            found = cache._decode_raw(reply[1])
+            found = codec.decode(reply[2])
             if not isinstance(found, envelope.Entry) or not found.is_stale(time.time()):
-                report_wait(cache, key, waited_since, got_value=True)
+                report.waited(key, waited_since, got_value=True)
                 return found.value if isinstance(found, envelope.Entry) else found
-            stale = found  # an expired value still inside STALE_TTL: refresh it
+            stale = found  # an expired value (kept for STALE_TTL): refresh it
             continue
         if status == 1:
             if holder_seen is not None and not woken:
-                logger.warning("cache key %r: computing caller's lease ended; taking over", key)
-                signals.stampede_lease_takeover.send(type(cache), key=key, cache=cache)
+                report.takeover(key)
             break
-        holder, pttl_ms = reply[1], int(reply[2])
+        holder, pttl_ms = reply[2], int(reply[3])
         holder = holder.decode() if isinstance(holder, bytes) else str(holder)
-        if stale is not None:  # another caller refreshes: serve what we have, at once
+        if servable and stale is not None:  # another caller refreshes: serve ours, at once
             if stale.is_stale(time.time()):  # (not for an early refresh of a fresh value)
-                signals.stale_value_served.send(type(cache), key=key, cache=cache)
+                report.stale_served(key)
             return stale.value
         if waited_since is None:
             waited_since = time.monotonic()
@@ -122,49 +152,41 @@ def get_or_set_flow(
                 "cache key %r: waited %.1fs for the computing caller; computing too",
                 key, policy.max_wait,
             )
-            report_wait(cache, key, waited_since, got_value=False)
-            return (yield from _compute_and_store(cache, nkey, lock_key, token, ttl, policy))
-        # Block on the holder's wake-up list until it settles or its lease ends; no polling.
+            report.waited(key, waited_since, got_value=False)
+            return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy,
+                                                  claimed, holding=False))
+        # Block on the holder's wake-up list until it settles or its claim ends; no polling.
         seconds = min(max(pttl_ms, 0) / 1000 + 0.01, remaining, policy.block_cap)
-        wake_key = cache._companion_key(nkey, f"wake:{holder}")
+        wake_key = codec.companion(nkey, f"wake:{holder}")
         woken = bool((yield ("wait", wake_key, max(seconds, 0.01))))
         holder_seen = holder
 
-    if waited_since is not None:
-        report_wait(cache, key, waited_since, got_value=False)
-    return (yield from _compute_and_store(cache, nkey, lock_key, token, ttl, policy))
+    report.waited(key, waited_since, got_value=False)
+    return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl, policy, claimed,
+                                          holding=True))
 
 
 def _compute_and_store(
-    cache: RedisCache, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy
+    codec: Codec, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy,
+    claimed: ClaimTime, *, holding: bool,
 ) -> Flow:
-    keys = (nkey, lock_key, cache._companion_key(nkey, f"wake:{token}"))
+    keys = (nkey, lock_key, codec.companion(nkey, f"wake:{token}"))
+    renew = None
+    if holding:
+        renew = ("renew", (nkey, lock_key),
+                 (token, max(1, int(policy.claim_lease * 1000)), claimed.server_ms,
+                  max(1, int(policy.lease * 1000))))
     started = time.perf_counter()
     try:
-        value = yield ("compute",)
+        value = yield ("compute", renew)
     except BaseException:
-        # Release at once (not at the end of the lease) and wake the waiters: one of them
+        # Release at once (not at the end of the claim) and wake the waiters: one of them
         # computes next. The exception goes to this caller only.
-        yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS))
+        yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS, 0, 0))
         raise
     delta = time.perf_counter() - started
-    payload = envelope.pack(cache._encode_bytes(value), ttl, delta)
+    payload = envelope.pack(codec.encode(value), ttl, delta)
     hard_ms = 0 if ttl is None else max(1, int((ttl + policy.stale_ttl) * 1000))
-    yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS))
+    yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS, claimed.server_ms,
+                            claimed.elapsed_ms()))
     return value
-
-
-def report_wait(cache: RedisCache, key: Any, since: float | None, *, got_value: bool) -> None:
-    """Send ``stampede_wait`` for a caller that waited since ``since`` (monotonic)."""
-    if since is None:
-        return
-    seconds = time.monotonic() - since
-    signals.stampede_wait.send(type(cache), key=key, cache=cache, waited=got_value,
-                               seconds=seconds)
-
-
-def block_cap(socket_timeout: float | None) -> float:
-    """Longest single BLMOVE: it must end before the client's socket timeout fires."""
-    if not socket_timeout or math.isinf(socket_timeout):
-        return 5.0
-    return max(0.05, float(socket_timeout) - 0.25)

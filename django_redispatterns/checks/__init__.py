@@ -14,7 +14,12 @@ Importing this package registers the checks (the app config does it in ``ready()
 
 from __future__ import annotations
 
-from .cache import check_cache_ttls
+from .cache import (
+    check_cache_key_functions,
+    check_cache_sentinel_factories,
+    check_cache_serializers,
+    check_cache_ttls,
+)
 from .configuration import check_settings
 from .deploy import check_redis_servers, evaluate
 from .messages import (
@@ -27,6 +32,7 @@ from .messages import (
     E010,
     E011,
     I001,
+    I002,
     MESSAGES,
     MIN_VERSION,
     TAG,
@@ -40,6 +46,10 @@ from .messages import (
     W013,
     W014,
     W015,
+    W016,
+    W017,
+    W018,
+    W019,
     Message,
 )
 from .middleware import check_middleware_order
@@ -48,10 +58,12 @@ from .sessions import check_session_serializer
 from .targets import PROBE_TIMEOUT, ServerReport, Target, collect_targets, gather, probe
 
 __all__ = [
-    "E001", "E002", "E003", "E004", "E008", "E009", "E010", "E011", "I001", "MESSAGES",
-    "MIN_VERSION", "PROBE_TIMEOUT", "TAG", "W001", "W002", "W003", "W004", "W010", "W011",
-    "W012", "W013", "W014", "W015", "Message", "ServerFacts", "ServerReport", "Target",
-    "check_cache_ttls", "check_middleware_order", "check_redis_servers",
+    "E001", "E002", "E003", "E004", "E008", "E009", "E010", "E011", "I001", "I002",
+    "MESSAGES", "MIN_VERSION", "PROBE_TIMEOUT", "TAG", "W001", "W002", "W003", "W004",
+    "W010", "W011", "W012", "W013", "W014", "W015", "W016", "W017", "W018", "W019",
+    "Message", "ServerFacts", "ServerReport", "Target", "check_cache_key_functions",
+    "check_cache_sentinel_factories", "check_cache_serializers", "check_cache_ttls",
+    "check_middleware_order", "check_redis_servers",
     "check_session_serializer", "check_settings", "collect_targets", "evaluate", "gather",
     "probe", "read_facts",
 ]

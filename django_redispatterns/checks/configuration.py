@@ -7,6 +7,7 @@ from typing import Any
 from django.core.checks import CheckMessage, register
 
 from ..conf import SETTING_NAME, Config
+from ..connection import redact
 from ..exceptions import ConfigurationError
 from .messages import E003, E004, E010, TAG
 from .project import connection_problem, features_and_connections, load_config, url_db
@@ -47,14 +48,14 @@ def _check_connections(config: Config) -> list[CheckMessage]:
         seen.add(connection)
         problem = connection_problem(connection)
         if problem:
-            messages.append(E004(obj=SETTING_NAME, feature=label, connection=connection,
-                                 error=problem))
+            messages.append(E004(obj=SETTING_NAME, feature=label,
+                                 connection=redact(connection), error=problem))
             continue
         if connection.startswith("redis+cluster://"):
             db = url_db(connection)
             if db:
-                messages.append(E010(obj=SETTING_NAME, what=f"The connection {connection!r}",
-                                     db=db))
+                messages.append(E010(obj=SETTING_NAME,
+                                     what=f"The connection {redact(connection)!r}", db=db))
     return messages
 
 

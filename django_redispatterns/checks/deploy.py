@@ -10,6 +10,7 @@ from .messages import (
     E010,
     E011,
     I001,
+    I002,
     MIN_VERSION,
     TAG,
     W010,
@@ -18,6 +19,7 @@ from .messages import (
     W013,
     W014,
     W015,
+    W016,
 )
 from .targets import PROBE_TIMEOUT, ServerReport, gather
 
@@ -39,12 +41,16 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
     messages: list[CheckMessage] = []
     version = facts.version_tuple
     if version is not None and version < MIN_VERSION:
-        messages.append(E011(obj=obj, server=server, used_by=used_by, version=facts.version))
+        messages.append(E011(obj=obj, server=server, used_by=used_by, version=facts.version,
+                             product=facts.product))
     if facts.cluster and any(report.dbs):
         db = max(report.dbs)
         messages.append(E010(obj=obj, what=f"The connection to {server} ({used_by})", db=db))
     if facts.role in ("slave", "replica"):
         messages.append(W015(obj=obj, server=server, used_by=used_by))
+
+    durable = sorted(r for r in report.roles if r in DURABLE_FEATURES)
+    messages += _persistence(report, durable)
 
     hidden = [name for name, value in (("maxmemory", facts.maxmemory),
                                        ("maxmemory-policy", facts.policy)) if value is None]
@@ -56,7 +62,6 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
         messages.append(W011(obj=obj, server=server, used_by=used_by))
         return messages
 
-    durable = sorted(r for r in report.roles if r in DURABLE_FEATURES)
     is_cache = any(r.startswith("cache ") for r in report.roles)
     policy = facts.policy
     if policy is not None and policy != "noeviction" and durable:
@@ -71,9 +76,24 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
     return messages
 
 
+def _persistence(report: ServerReport, durable: list[str]) -> list[CheckMessage]:
+    """W016/I002: durable data on an instance that may keep nothing on disk. A cache-only
+    instance needs no persistence; rate-limit counters can start over."""
+    facts = report.facts
+    if not durable or facts.aof or facts.rdb:
+        return []
+    features = " and ".join(durable)
+    if facts.aof is False and facts.rdb is False:
+        return [W016(server=facts.endpoint, features=features)]
+    hidden = [name for name, value in (("appendonly", facts.aof),
+                                       ("its RDB snapshot settings (save)", facts.rdb))
+              if value is None]
+    return [I002(server=facts.endpoint, features=features, names=" and ".join(hidden))]
+
+
 @register(TAG, Tags.caches, deploy=True)
 def check_redis_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W010-W015, E010, E011, I001: contact each configured Redis once and judge it."""
+    """W010-W016, E010, E011, I001, I002: contact each configured Redis once and judge it."""
     messages: list[CheckMessage] = []
     for report in gather():
         messages += evaluate(report)

@@ -134,8 +134,8 @@ E010 = Message(
 )
 E011 = Message(
     Error, "E011",
-    "Redis at {server} ({used_by}) is version {version}; django-redispatterns needs >= "
-    f"{'.'.join(map(str, MIN_VERSION))}.",
+    "{product} at {server} ({used_by}) is version {version}; django-redispatterns needs "
+    f"Redis >= {'.'.join(map(str, MIN_VERSION))} (or any Valkey).",
     "Upgrade Redis (or use Valkey); 6.2 is the oldest version the app supports and is "
     "tested on.",
 )
@@ -146,8 +146,49 @@ I001 = Message(
     "idempotency records live, allkeys-lru for a pure cache.",
 )
 
+W016 = Message(
+    Warning, "W016",
+    "Redis at {server} holds {features} but keeps nothing on disk (appendonly no, save \"\").",
+    "A restart or crash then forgets all of them: users are signed out, idempotent requests "
+    "run their view a second time, and lock fencing tokens start over. Turn on AOF "
+    "(appendonly yes) or RDB snapshots (e.g. save \"3600 1 300 100\") on this instance; an "
+    "instance that only holds a cache needs neither.",
+)
+I002 = Message(
+    Info, "I002",
+    "Redis at {server} holds {features} but hides {names}; its persistence was not "
+    "checked.",
+    "CONFIG GET is unavailable (common on managed Redis). Make sure the provider keeps "
+    "snapshots or an append-only file, or a restart forgets sessions, idempotency records "
+    "and lock fencing counters.",
+)
+# --- settings the checks read (no network) --------------------------------------------
+W017 = Message(
+    Warning, "W017",
+    "CACHES[{alias!r}] uses {factory}, which does not follow a graceful Sentinel failover.",
+    "Its pooled connections keep writing to the old primary until Sentinel demotes it "
+    "(about 10 s), and those writes are lost. Use "
+    "django_redispatterns.connection.SentinelConnectionFactory (same options).",
+)
+W018 = Message(
+    Warning, "W018",
+    "CACHES[{alias!r}] unpickles what it reads from Redis ({serializer}).",
+    "Anyone who can write to this Redis can then run code in your app. Unless only your "
+    "app can ever write there, use django_redis.serializers.json.JSONSerializer or "
+    "django_redis.serializers.msgpack.MSGPackSerializer (OPTIONS['SERIALIZER']; "
+    "OPTIONS['serializer'] on Django's own backend).",
+)
+W019 = Message(
+    Warning, "W019",
+    "CACHES[{alias!r}]['KEY_FUNCTION'] drops the key {dropped}.",
+    "Keys of this cache then collide with those of other prefixes or versions (other "
+    "caches, other sites, an earlier deploy), and clear() cannot tell its own keys from "
+    "theirs, so it refuses to run. Build keys from key_prefix, version and key, like "
+    "Django's default ':'.join([key_prefix, str(version), key]).",
+)
+
 MESSAGES: tuple[Message, ...] = (
     E001, W001, E002, E003, E004, W002, W004, E008, E009, W003,
-    W010, W011, W012, W013, W014, W015, E010, E011, I001,
+    W010, W011, W012, W013, W014, W015, E010, E011, I001, W016, I002, W017, W018, W019,
 )
 

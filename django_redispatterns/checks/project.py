@@ -6,7 +6,7 @@ deploy checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -50,6 +50,20 @@ def is_django_redis(backend: str) -> bool:
 def subclass_of(path: str, *bases: str) -> bool:
     cls = resolve(path)  # unimportable: Django's own checks report it
     return cls is not None and issubclass(cls, tuple(import_string(b) for b in bases))
+
+
+def pickles(serializer: Any, make: Callable[[type], Any]) -> bool:
+    """True when ``serializer`` (a dotted path or a class) writes pickle, judged by its
+    name and by what an instance (``make(cls)``) writes for a small dict."""
+    if isinstance(serializer, str) and "pickle" in serializer.lower():
+        return True
+    try:
+        cls = import_string(serializer) if isinstance(serializer, str) else serializer
+        data = make(cls).dumps({"probe": 1})
+    except Exception:  # an unimportable serializer fails loudly on first use anyway
+        return False
+    # Pickle protocols >= 2 start with the PROTO opcode.
+    return isinstance(data, (bytes, bytearray)) and data[:1] == b"\x80"
 
 
 def redis_caches() -> dict[str, Mapping[str, Any]]:

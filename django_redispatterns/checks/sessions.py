@@ -6,9 +6,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Tags, register
-from django.utils.module_loading import import_string
 
 from .messages import OUR_SESSION_ENGINE, TAG, W002
+from .project import pickles
 
 
 @register(TAG, Tags.security)
@@ -19,19 +19,6 @@ def check_session_serializer(app_configs: Any = None, **kwargs: Any) -> list[Che
         return []
     serializer = getattr(settings, "SESSION_SERIALIZER",
                          "django.contrib.sessions.serializers.JSONSerializer")
-    if _pickles(serializer):
+    if pickles(serializer, lambda cls: cls()):
         return [W002(obj="SESSION_SERIALIZER", engine=engine, serializer=serializer)]
     return []
-
-
-def _pickles(serializer: str) -> bool:
-    if "pickle" in serializer.lower():
-        return True
-    try:
-        data = import_string(serializer)().dumps({"probe": 1})
-    except Exception:  # an unimportable serializer fails loudly on first use anyway
-        return False
-    # Pickle protocols >= 2 start with the PROTO opcode.
-    return isinstance(data, (bytes, bytearray)) and data[:1] == b"\x80"
-
-

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from django.conf import settings
 
 from ..conf import SETTING_NAME, Config
+from ..connection import parse_url
 from .messages import OUR_SESSION_ENGINE
 from .project import (
     DJANGO_CACHE_SESSION_ENGINES,
@@ -159,16 +160,14 @@ def _probe_client(url: str, options: Mapping[str, Any]) -> Any:
 
 def _endpoints(target: Target) -> list[tuple[str, Any]]:
     """(display name, client factory) of every server behind ``target``."""
-    parts = urlsplit(target.connection)
-    scheme = parts.scheme
+    parsed = parse_url(target.connection)
+    scheme = parsed.scheme
     if scheme == "redis+cluster":
         from redis.cluster import ClusterNode, RedisCluster
 
-        from ..connection import _credentials, _hosts
-
-        creds = _credentials(parts.netloc)
+        creds = parsed.credentials
         cluster = RedisCluster(
-            startup_nodes=[ClusterNode(h, p) for h, p in _hosts(parts.netloc, 6379)],
+            startup_nodes=[ClusterNode(h, p) for h, p in parsed.hosts],
             socket_timeout=PROBE_TIMEOUT, socket_connect_timeout=PROBE_TIMEOUT, **creds,
         )
         try:
@@ -181,17 +180,15 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
         from redis.sentinel import Sentinel
 
         if scheme == "redis+sentinel":
-            from ..connection import _credentials, _hosts
-
-            service = next(p for p in parts.path.split("/") if p)
-            hosts = _hosts(parts.netloc, 26379)
-            options = {**target.options, **_credentials(parts.netloc)}
+            service = parsed.path[0]
+            hosts = list(parsed.hosts)
+            options = {**target.options, **parsed.credentials}
         else:
-            service = parts.hostname or ""
+            service = urlsplit(target.connection).hostname or ""
             hosts = list(target.sentinels)
             options = dict(target.options)
         timeouts = {"socket_timeout": PROBE_TIMEOUT, "socket_connect_timeout": PROBE_TIMEOUT}
-        sentinel_password = parse_qs(parts.query).get("sentinel_password", [None])[-1]
+        sentinel_password = parsed.query.get("sentinel_password")
         sentinel = Sentinel(hosts, sentinel_kwargs={
             **timeouts, **({"password": sentinel_password} if sentinel_password else {})},
             **timeouts)
@@ -223,7 +220,7 @@ def probe(target: Target) -> list[ServerFacts]:
 
     try:
         endpoints = _endpoints(target)
-    except (redis.RedisError, OSError, StopIteration, ValueError) as exc:
+    except (redis.RedisError, OSError, IndexError, ValueError) as exc:
         return [ServerFacts(target.endpoint, error=_describe(exc))]
     results = []
     for name, make_client in endpoints:

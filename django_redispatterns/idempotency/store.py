@@ -1,150 +1,42 @@
-"""The Redis side of idempotency keys: claim, complete, release, look up. No HTTP here.
+"""The idempotency records of one connection: claim, complete, release, look up. No HTTP.
 
-One Redis string per (scope, key) goes through two states:
-
-* **pending** — ``P <owner token> <fingerprint>``, written by one ``SET NX PX`` (inside
-  ``lua/idempotency_claim.lua``, which also reads the current value when the key exists, so
-  every first-or-duplicate decision is one round trip). Its TTL is the *lease*; a process
-  that dies mid-request frees the key when the lease ends, and a live one renews it (see
-  :mod:`.heartbeat`).
-* **done** — ``D <fingerprint> <json meta>\\n<body bytes>``: status, reason and headers as
-  JSON, the body as raw bytes after the first newline. Never pickle: the value is parsed,
-  not executed, so a forged record can at worst be reported as unreadable.
-
-Completing and releasing are owner-checked scripts: they act only if the key still holds
-*our* pending value, so a worker whose lease ran out cannot overwrite or delete the claim
-of the worker that took over.
+:class:`IdempotencyStore` takes the first-or-duplicate decision (one round trip: the claim
+script also reads what holds the key), keeps a held claim's lease alive through
+:mod:`.heartbeat`, and answers operators. The byte layout lives in :mod:`.records`, the
+Redis calls in :mod:`.operations`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import asyncio
+import itertools
 import logging
+import os
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
-from .. import connection, keys, scripts
-from ..exceptions import BackendUnavailable, IdempotencyConflict, IdempotencyKeyReused
-from . import heartbeat
+from .. import keys
+from ..exceptions import IdempotencyConflict, IdempotencyKeyReused
+from . import heartbeat, operations
+from .records import (
+    PENDING,
+    Claim,
+    Fingerprint,
+    Record,
+    StoredResponse,
+    UnreadableRecord,
+    decode_fingerprint,
+    parse_value,
+    pending_value,
+)
 
 logger = logging.getLogger("django_redispatterns.idempotency")
 
-FEATURE = "idem"
-_PENDING = b"P"
-_DONE = b"D"
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What identifies *the same request* for one key: method, path+query, content type+body.
-
-    Paths and bodies are kept as digests, so a record never repeats request data.
-    """
-
-    method: str
-    path: str
-    body: str
-
-    @classmethod
-    def of(cls, method: str, path: str, query: str, content_type: str,
-           body: bytes | Iterable[bytes]) -> Fingerprint:
-        """``body`` is the raw bytes, or chunks (e.g. a parsed multipart form) to hash in order."""
-        chunks = (body,) if isinstance(body, bytes) else body
-        return cls(
-            method=method.upper(),
-            path=_digest(path.encode("utf-8", "surrogateescape"), b"\0",
-                         query.encode("latin-1", "replace")),
-            body=_digest(content_type.encode("latin-1", "replace"), b"\0", *chunks),
-        )
-
-    def encode(self) -> str:
-        return f"{self.method}.{self.path}.{self.body}"
-
-    @classmethod
-    def decode(cls, text: str) -> Fingerprint:
-        method, path, body = text.split(".")
-        return cls(method, path, body)
-
-    def mismatch(self, other: Fingerprint) -> list[str]:
-        """Names of the parts that differ: any of ``method``, ``path``, ``body``."""
-        return [name for name in ("method", "path", "body")
-                if getattr(self, name) != getattr(other, name)]
-
-
-def _digest(*parts: bytes) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        h.update(part)
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class StoredResponse:
-    """A response as stored and replayed: status, reason, headers (in order) and body bytes."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    reason: str | None = None
-
-    def encode(self, fingerprint: Fingerprint) -> bytes:
-        meta = json.dumps({"s": self.status, "r": self.reason, "h": self.headers},
-                          separators=(",", ":"), ensure_ascii=True)
-        return b"%s %s %s\n%s" % (_DONE, fingerprint.encode().encode(), meta.encode(), self.body)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Our hold on a key while the view runs. Pass it to ``complete`` or ``release``."""
-
-    redis_key: str
-    key_hash: str
-    pending: bytes
-    lease_ms: int
-    connection: str
-
-
-@dataclass(frozen=True)
-class Record:
-    """What an operator sees for a key (see :meth:`IdempotencyStore.lookup`)."""
-
-    key_hash: str
-    redis_key: str
-    state: str  # "in_flight" or "stored"
-    ttl_ms: int
-    fingerprint: Fingerprint | None
-    response: StoredResponse | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 Outcome = Claim | StoredResponse
 
-
-class UnreadableRecord(ValueError):
-    """A value under our key that we did not write (or a truncated one)."""
-
-
-def parse_value(value: bytes) -> tuple[bytes, Fingerprint, StoredResponse | None]:
-    """Split a stored value into (kind, fingerprint, response-or-None). Never executes data."""
-    try:
-        if value[:2] == _PENDING + b" ":
-            _, _owner, fp = value.split(b" ", 2)
-            return _PENDING, Fingerprint.decode(fp.decode("ascii")), None
-        if value[:2] == _DONE + b" ":
-            head, body = value.split(b"\n", 1)
-            _, fp, meta_text = head.split(b" ", 2)
-            meta = json.loads(meta_text)
-            headers = tuple((str(k), str(v)) for k, v in meta["h"])
-            response = StoredResponse(int(meta["s"]), headers, body, meta.get("r"))
-            return _DONE, Fingerprint.decode(fp.decode("ascii")), response
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UnreadableRecord(str(exc)) from None
-    raise UnreadableRecord("unknown record kind")
+#: The longest a claim lives, renewals included, unless ``begin`` is told otherwise (seconds).
+DEFAULT_MAX_LEASE = 600.0
 
 
 class IdempotencyStore:
@@ -171,18 +63,18 @@ class IdempotencyStore:
     @classmethod
     def redis_key(cls, scope: str, key: str) -> tuple[str, str]:
         digest = cls.key_hash(scope, key)
-        return keys.make_key(FEATURE, digest), digest
+        return operations.record_key(digest), digest
 
     # --- the request path ---------------------------------------------------------------
 
-    def _claim_args(self, scope: str, key: str, fingerprint: Fingerprint,
-                    lease: float) -> Claim:
+    def _claim_args(self, scope: str, key: str, fingerprint: Fingerprint, lease: float,
+                    max_lease: float) -> Claim:
         redis_key, digest = self.redis_key(scope, key)
-        owner = secrets.token_hex(16)
-        pending = b"%s %s %s" % (_PENDING, owner.encode(), fingerprint.encode().encode())
-        return Claim(redis_key, digest, pending, max(1, int(lease * 1000)), self.connection)
+        pending = pending_value(_owner_token(), fingerprint)
+        return Claim(redis_key, digest, pending, _ms(min(lease, max_lease)), self.connection)
 
-    def begin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float) -> Outcome:
+    def begin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float,
+              max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
         """Claim ``key`` for a first run, or return the response stored for it.
 
         Returns a :class:`Claim` (run the view, then :meth:`complete` or :meth:`release`)
@@ -190,49 +82,48 @@ class IdempotencyStore:
         another holder's claim is live, :class:`IdempotencyKeyReused` (``.fields`` names the
         mismatch) for another request under the same key, :class:`BackendUnavailable` when
         Redis cannot answer. One round trip.
+
+        A claim lives ``lease`` seconds and is renewed by this process until it is completed
+        or released, but never past ``max_lease`` seconds from now.
         """
-        claim = self._claim_args(scope, key, fingerprint, lease)
-        try:
-            client = connection.client_for(self.connection)
-            result = scripts.script("idempotency_claim")(
-                client, [claim.redis_key], [claim.pending, claim.lease_ms])
-        except redis.RedisError as exc:
-            raise _unavailable(exc, claim) from exc
-        return self._decide(claim, fingerprint, result)
+        claim = self._claim_args(scope, key, fingerprint, lease, max_lease)
+        result = operations.claim(self.connection, claim.redis_key, claim.pending,
+                                  claim.lease_ms)
+        return self._decide(claim, fingerprint, result, max_lease)
 
-    async def abegin(self, scope: str, key: str, fingerprint: Fingerprint, *,
-                     lease: float) -> Outcome:
-        """Async twin of :meth:`begin` (``redis.asyncio``)."""
-        claim = self._claim_args(scope, key, fingerprint, lease)
+    async def abegin(self, scope: str, key: str, fingerprint: Fingerprint, *, lease: float,
+                     max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
+        """Async twin of :meth:`begin` (``redis.asyncio``). Cancelled while the claim is on
+        its way, it frees the claim (if it landed) from the heartbeat thread."""
+        claim = self._claim_args(scope, key, fingerprint, lease, max_lease)
         try:
-            client = connection.async_client_for(self.connection)
-            result = await scripts.script("idempotency_claim").acall(
-                client, [claim.redis_key], [claim.pending, claim.lease_ms])
-        except redis.RedisError as exc:
-            raise _unavailable(exc, claim) from exc
-        return self._decide(claim, fingerprint, result)
+            result = await operations.aclaim(self.connection, claim.redis_key, claim.pending,
+                                             claim.lease_ms)
+        except asyncio.CancelledError:
+            heartbeat.release_later(claim)
+            raise
+        return self._decide(claim, fingerprint, result, max_lease)
 
-    def _decide(self, claim: Claim, fingerprint: Fingerprint, result: list[Any]) -> Outcome:
-        if result[0] == 1 or (len(result) > 1 and result[1] == claim.pending):
-            # Taken now, or by our own earlier send of this very call (SPEC D4).
-            heartbeat.watch(claim)
+    def _decide(self, claim: Claim, fingerprint: Fingerprint, result: Any,
+                max_lease: float = DEFAULT_MAX_LEASE) -> Outcome:
+        if result == 1 or result == claim.pending:
+            # Taken now, or by our own earlier send of this very call (a re-sent claim).
+            heartbeat.watch(claim, max_lease)
             return claim
-        value, pttl = result[1], int(result[2])
-        if value is None:  # expired between SET NX and GET: the holder just went away
-            raise _conflict(claim, retry_after=0, why="a previous claim just ended")
+        if isinstance(result, list):  # a value we did not write, or another Redis type
+            raise _unreadable(claim, "not a record we wrote",
+                              retry_after=max(1, result[1] // 1000))
         try:
-            kind, stored_fp, response = parse_value(value)
-        except UnreadableRecord as exc:
-            logger.error("idempotency record %s is unreadable (%s); answering 409 until it "
-                         "expires or an operator deletes it", claim.key_hash[:12], exc)
-            raise _conflict(claim, retry_after=max(1, pttl // 1000),
-                            why="the stored record is unreadable") from None
-        fields = stored_fp.mismatch(fingerprint)
+            kind, stored_fp, response = parse_value(result)
+            fields = ([] if stored_fp == fingerprint.encoded  # the same request: the usual case
+                      else decode_fingerprint(stored_fp).mismatch(fingerprint))
+        except UnreadableRecord as exc:  # ours, but truncated or damaged
+            raise _unreadable(claim, str(exc), retry_after=1) from None
         if fields:
             raise IdempotencyKeyReused(
                 f"idempotency key reused with a different {', '.join(fields)}",
                 fields=tuple(fields), key_hash=claim.key_hash)
-        if kind == _PENDING:
+        if kind == PENDING:
             raise _conflict(claim, retry_after=1, why="a request with this key is in flight")
         assert response is not None
         return response
@@ -244,32 +135,28 @@ class IdempotencyStore:
         Returns False when the claim was lost (lease ended and someone else took the key, or an
         operator deleted it); the response is then not stored. Raises ``redis.RedisError``.
         """
+        value = response.encode(fingerprint)
         heartbeat.unwatch(claim)
-        client = connection.client_for(self.connection)
-        return bool(scripts.script("idempotency_complete")(
-            client, [claim.redis_key], _complete_args(claim, response, fingerprint, ttl)))
+        return operations.complete(self.connection, claim.redis_key, claim.pending, value,
+                                   _ms(ttl))
 
     async def acomplete(self, claim: Claim, response: StoredResponse, fingerprint: Fingerprint,
                         *, ttl: float) -> bool:
         """Async twin of :meth:`complete`."""
+        value = response.encode(fingerprint)
         heartbeat.unwatch(claim)
-        client = connection.async_client_for(self.connection)
-        return bool(await scripts.script("idempotency_complete").acall(
-            client, [claim.redis_key], _complete_args(claim, response, fingerprint, ttl)))
+        return await operations.acomplete(self.connection, claim.redis_key, claim.pending,
+                                          value, _ms(ttl))
 
     def release(self, claim: Claim) -> bool:
         """Free the key so a retry runs again (only if the claim is still ours)."""
         heartbeat.unwatch(claim)
-        client = connection.client_for(self.connection)
-        return bool(scripts.script("idempotency_release")(
-            client, [claim.redis_key], [claim.pending]))
+        return operations.release(self.connection, claim.redis_key, claim.pending)
 
     async def arelease(self, claim: Claim) -> bool:
         """Async twin of :meth:`release`."""
         heartbeat.unwatch(claim)
-        client = connection.async_client_for(self.connection)
-        return bool(await scripts.script("idempotency_release").acall(
-            client, [claim.redis_key], [claim.pending]))
+        return await operations.arelease(self.connection, claim.redis_key, claim.pending)
 
     # --- operators ----------------------------------------------------------------------
 
@@ -277,44 +164,56 @@ class IdempotencyStore:
         """The record for ``(scope, key)``, or None. Unreadable values come back with
         ``state="unreadable"``."""
         redis_key, digest = self.redis_key(scope, key)
-        client = connection.client_for(self.connection)
-        pipe = client.pipeline(transaction=False)
-        pipe.get(redis_key)
-        pipe.pttl(redis_key)
-        value, pttl = pipe.execute()
+        value, pttl = operations.read(self.connection, redis_key)
         if value is None:
             return None
         try:
-            kind, fp, response = parse_value(value)
+            kind, encoded, response = parse_value(value)
+            fp = decode_fingerprint(encoded)
         except UnreadableRecord as exc:
-            return Record(digest, redis_key, "unreadable", int(pttl), None,
+            return Record(digest, redis_key, "unreadable", pttl, None,
                           extra={"error": str(exc), "size": len(value)})
-        state = "in_flight" if kind == _PENDING else "stored"
-        return Record(digest, redis_key, state, int(pttl), fp, response)
+        state = "in_flight" if kind == PENDING else "stored"
+        return Record(digest, redis_key, state, pttl, fp, response)
 
     def delete(self, scope: str, key: str) -> bool:
         """Delete the record (stored or in flight): the next request with the key runs anew."""
-        redis_key, _ = self.redis_key(scope, key)
-        return bool(connection.client_for(self.connection).delete(redis_key))
+        return operations.delete(self.connection, self.redis_key(scope, key)[0])
 
     def scan(self, count: int = 500) -> Iterable[bytes]:
         """Every idempotency key name under this app's prefix (SCAN, never KEYS)."""
-        client = connection.client_for(self.connection)
-        return client.scan_iter(match=keys.feature_pattern(FEATURE), count=count)
+        return operations.scan(self.connection, count)
 
 
-def _complete_args(claim: Claim, response: StoredResponse, fingerprint: Fingerprint,
-                   ttl: float) -> list[Any]:
-    return [claim.pending, response.encode(fingerprint), max(1, int(ttl * 1000))]
+def _new_process_prefix() -> None:
+    global _process_prefix
+    _process_prefix = secrets.token_hex(8)
+
+
+_process_prefix = ""
+_new_process_prefix()
+os.register_at_fork(after_in_child=_new_process_prefix)
+_claims_taken = itertools.count()
+
+
+def _owner_token() -> str:
+    """Unique to one claim: a random prefix per process (new after a fork) and a counter.
+
+    Owner tokens tell our claim from a later holder's; they need to be unique, not secret
+    (only who can write to Redis could misuse one), so no system call per request.
+    """
+    return f"{_process_prefix}{next(_claims_taken):x}"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _unreadable(claim: Claim, why: str, *, retry_after: int) -> IdempotencyConflict:
+    logger.error("idempotency record %s is unreadable (%s); answering 409 until it expires or "
+                 "an operator deletes it", claim.key_hash[:12], why)
+    return _conflict(claim, retry_after=retry_after, why="the stored record is unreadable")
 
 
 def _conflict(claim: Claim, *, retry_after: int, why: str) -> IdempotencyConflict:
     return IdempotencyConflict(why, retry_after=retry_after, key_hash=claim.key_hash)
-
-
-def _unavailable(exc: redis.RedisError, claim: Claim) -> Exception:
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
-        # Someone wrote another type under our key: same answer as an unreadable record.
-        logger.error("idempotency record %s has the wrong Redis type", claim.key_hash[:12])
-        return _conflict(claim, retry_after=1, why="the stored record is unreadable")
-    return BackendUnavailable(f"Redis unavailable for idempotency: {exc}")

@@ -1,4 +1,4 @@
-"""``IdempotencyMiddleware``: SPEC section 4 for every view (sync under WSGI, async under ASGI).
+"""``IdempotencyMiddleware``: idempotency keys for every view (sync under WSGI, async under ASGI).
 
 Put it **last** in ``MIDDLEWARE`` (after sessions, authentication and CSRF): it decides in
 ``process_view``, so a request that CSRF or a rate limiter refuses never takes a claim, and
@@ -15,7 +15,9 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from ..idempotency import http
+from ..idempotency import decide, settle
+from ..idempotency.decorators import handled_elsewhere
+from ..idempotency.options import options
 
 _TICKET = "_redispatterns_idempotency"
 
@@ -39,10 +41,10 @@ class IdempotencyMiddleware:
         except BaseException:
             ticket = request.__dict__.pop(_TICKET, None)
             if ticket is not None:
-                http.release(ticket)
+                settle.release(ticket)
             raise
         ticket = request.__dict__.pop(_TICKET, None)
-        return http.finish(ticket, response) if ticket is not None else response
+        return settle.finish(ticket, response) if ticket is not None else response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         try:
@@ -50,40 +52,29 @@ class IdempotencyMiddleware:
         except BaseException:
             ticket = request.__dict__.pop(_TICKET, None)
             if ticket is not None:
-                await http.arelease(ticket)
+                await settle.arelease(ticket)
             raise
         ticket = request.__dict__.pop(_TICKET, None)
-        return await http.afinish(ticket, response) if ticket is not None else response
+        return await settle.afinish(ticket, response) if ticket is not None else response
 
     def process_view(self, request: HttpRequest, view: Callable[..., Any], args: Any,
                      kwargs: Any) -> HttpResponseBase | None:
-        if _handled_elsewhere(request, view):
+        if handled_elsewhere(request, view):
             return None
-        return self._keep(request, http.start(request, http.options()))
+        return self._keep(request, decide.start(request, options()))
 
     async def _aprocess_view(self, request: HttpRequest, view: Callable[..., Any], args: Any,
                              kwargs: Any) -> HttpResponseBase | None:
-        if _handled_elsewhere(request, view):
+        if handled_elsewhere(request, view):
             return None
-        return self._keep(request, await http.astart(request, http.options()))
+        return self._keep(request, await decide.astart(request, options()))
 
     @staticmethod
-    def _keep(request: HttpRequest, decision: http.Decision) -> HttpResponseBase | None:
-        if isinstance(decision, http.Ticket):
+    def _keep(request: HttpRequest, decision: decide.Decision) -> HttpResponseBase | None:
+        if isinstance(decision, settle.Ticket):
             request.__dict__[_TICKET] = decision
             return None
         return decision
-
-
-def _handled_elsewhere(request: HttpRequest, view: Callable[..., Any]) -> bool:
-    """True for views marked ``@idempotent``/``@idempotent_exempt``, including class-based
-    views (Django's and DRF's) whose handler method for this request carries the mark."""
-    if getattr(view, http.HANDLED_ATTR, False):
-        return True
-    cls = getattr(view, "view_class", None) or getattr(view, "cls", None)
-    if cls is None or not request.method:
-        return False
-    return bool(getattr(getattr(cls, request.method.lower(), None), http.HANDLED_ATTR, False))
 
 
 __all__ = ["IdempotencyMiddleware"]

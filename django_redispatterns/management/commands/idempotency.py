@@ -1,6 +1,6 @@
 """Look up or delete one idempotency record, given whom it belongs to and the raw key.
 
-    manage.py idempotency show   --user 42 order-7f3a
+    manage.py idempotency show   --user 42 order-7f3a        # or --user alice
     manage.py idempotency show   --session <session key> order-7f3a --body
     manage.py idempotency delete --scope tenant:acme order-7f3a
 
@@ -13,15 +13,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...conf import get_config
 from ...exceptions import InvalidIdempotencyKey
 from ...idempotency import IdempotencyStore, parse_key
+from ..base import RedisCommand, find_user
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = "Show, delete or count idempotency records (see docs/idempotency.md)."
+    feature = "IDEMPOTENCY"
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -29,7 +31,8 @@ class Command(BaseCommand):
                            ("delete", "delete the record so the next request runs anew")):
             p = sub.add_parser(name, help=text)
             who = p.add_mutually_exclusive_group(required=True)
-            who.add_argument("--user", help="the user's primary key (scope user:<pk>)")
+            who.add_argument("--user", help="the user (scope user:<pk>): a primary key when "
+                             "all digits and such a user exists, else a username")
             who.add_argument("--session", help="the session key (scope session:<key>)")
             who.add_argument("--scope", help="a scope string as your SCOPE callable returns it")
             p.add_argument("key", help="the raw Idempotency-Key value")
@@ -70,7 +73,7 @@ class Command(BaseCommand):
 
 def _scope(options: dict[str, Any]) -> str:
     if options.get("user"):
-        return f"user:{options['user']}"
+        return f"user:{find_user(options['user']).pk}"
     if options.get("session"):
         return f"session:{options['session']}"
     return str(options["scope"])

@@ -10,20 +10,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_redispatterns import connection, keys
 from django_redispatterns.conf import get_config
 from django_redispatterns.locks import DEFAULT_NAMESPACE, held_key
 from django_redispatterns.locks._lease import connection_names
 
+from ..base import RedisCommand, describe, printable
+
 
 def _connections() -> list[str]:
     return connection_names(get_config().feature("LOCKS")["QUORUM"])
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = "List held locks (owner, TTL, fencing token) or force-release one."
+    feature = "LOCKS"
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -47,7 +50,7 @@ class Command(BaseCommand):
         rows = []
         conns = _connections()
         for conn in conns:
-            client = connection.client_for(conn)
+            client = connection.client_for(self.using(conn))
             found = list(client.scan_iter(match=pattern, count=1000))
             if not found:
                 continue
@@ -66,7 +69,8 @@ class Command(BaseCommand):
         self.stdout.write("name\towner\tttl_s\tfencing_token\ttoken" +
                           ("\tconnection" if many else ""))
         for row in sorted(rows):
-            self.stdout.write("\t".join(row if many else row[:-1]))
+            self.stdout.write("\t".join(printable(cell, keep="") for cell in (
+                row if many else row[:-1])))
 
     @staticmethod
     def _row(conn: str, key: bytes, value: bytes, pttl: int) -> tuple[str, ...]:
@@ -81,7 +85,7 @@ class Command(BaseCommand):
         if meta.get("by"):
             owner += f" ({meta['by']})"
         ttl = f"{pttl / 1000:.1f}" if pttl >= 0 else "none"
-        return (name, owner, ttl, fence, token, conn)
+        return (name, owner, ttl, fence, token, describe(conn))
 
     def release(self, name: str, namespace: str, force: bool) -> None:
         key = held_key(name, namespace)
@@ -92,7 +96,7 @@ class Command(BaseCommand):
             )
         deleted = 0
         for conn in _connections():
-            deleted += int(connection.client_for(conn).delete(key))
+            deleted += int(connection.client_for(self.using(conn)).delete(key))
         if not deleted:
             raise CommandError(f"lock {name!r} (namespace {namespace!r}) is not held")
         self.stdout.write(f"released {name!r}; its holder will see LockLost at its next "

@@ -15,24 +15,26 @@ import inspect as pyinspect
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from ...conf import get_config
-from ...exceptions import BackendUnavailable, ConfigurationError
+from ...exceptions import ConfigurationError
 from ...middleware.ratelimit import compile_rules
 from ...ratelimit.decorators import RULES_ATTR
 from ...ratelimit.identity import identity_for
 from ...ratelimit.limiter import RateLimiter
 from ...ratelimit.rates import ALGORITHMS, DEFAULT_ALGORITHM, parse_rate
 from ...ratelimit.rules import Rule
+from ..base import RedisCommand
 
 HANDLERS = ("dispatch", "get", "post", "put", "patch", "delete", "head", "options", "trace")
 
 Target = tuple[RateLimiter, str, str]  # (limiter, key kind, where it comes from)
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
+    feature = "RATELIMIT"
     help = ("Inspect or reset the rate-limit state of one client (an IP, a user, a header "
             "value) under one limit: a RATELIMIT['RULES'] entry (--rule), the "
             "@ratelimit rules of a view (--view), or a limit named in full (--group and "
@@ -79,16 +81,13 @@ class Command(BaseCommand):
                         for limiter, key, where in targets]
         except (ConfigurationError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
-        try:
-            for limiter, identity, where in resolved:
-                if options["action"] == "reset":
-                    existed = limiter.reset(identity)
-                    self.stdout.write(f"reset {limiter.key(identity)} ({where}): "
-                                      f"{'cleared' if existed else 'nothing stored'}")
-                else:
-                    self._print_state(limiter, identity, where)
-        except BackendUnavailable as exc:
-            raise CommandError(f"Redis unavailable: {exc}") from exc
+        for limiter, identity, where in resolved:
+            if options["action"] == "reset":
+                existed = limiter.reset(identity)
+                self.stdout.write(f"reset {limiter.key(identity)} ({where}): "
+                                  f"{'cleared' if existed else 'nothing stored'}")
+            else:
+                self._print_state(limiter, identity, where)
 
     def _print_state(self, limiter: RateLimiter, identity: str, where: str) -> None:
         decision = limiter.peek(identity)

@@ -15,13 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from django_redispatterns import connection as connections
 from django_redispatterns import scripts
 from django_redispatterns.checks import read_facts
 from django_redispatterns.conf import get_config
 from django_redispatterns.keys import glob_escape
+
+from ..base import RedisCommand, describe, printable
 
 # Distinct no-TTL patterns tracked; the rest are counted together.
 MAX_GROUPS = 10_000
@@ -77,6 +79,7 @@ class Report:
     largest: list[tuple[int, str, str]] = field(default_factory=list)  # heap: bytes, key, node
     details: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    connection: str = ""  # as shown to people: a URL without its password
 
     @property
     def no_ttl_count(self) -> int:
@@ -99,6 +102,7 @@ class Report:
     def as_dict(self, our_prefix: str) -> dict[str, Any]:
         largest = sorted(self.largest, reverse=True)
         return {
+            "connection": self.connection,
             "prefix": self.prefix,
             "servers": self.servers,
             "scanned": self.scanned,
@@ -123,7 +127,7 @@ class Report:
         }
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Audit a Redis keyspace with SCAN (never KEYS): keys without a TTL grouped by "
         "pattern, the largest keys (MEMORY USAGE), and the eviction settings."
@@ -153,24 +157,21 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["count"] < 1 or options["sample"] < 0 or options["top"] < 0:
             raise CommandError("--count must be >= 1; --sample and --top must be >= 0.")
-        conn = options["connection"] or get_config().connection_for(None)
+        conn = self.using(options["connection"] or get_config().connection_for(None))
         try:
             client = connections.client_for(conn)
         except Exception as exc:  # a bad alias or URL: say which
-            raise CommandError(f"cannot use connection {conn!r}: {exc}") from exc
-
-        import redis
+            raise CommandError(f"cannot use connection {describe(conn)}: "
+                               f"{connections.redact_text(str(exc))}") from exc
 
         report = Report(prefix=options["prefix"])
         started = time.perf_counter()
-        try:
-            for name, node in self._nodes(client, conn):
-                self._audit_node(name, node, report, options)
-        except redis.RedisError as exc:
-            raise CommandError(f"Redis error during the audit of {conn!r}: {exc}") from exc
+        for name, node in self._nodes(client):
+            self._audit_node(name, node, report, options)
         report.seconds = time.perf_counter() - started
 
         if options["json"]:
+            report.connection = describe(conn)
             self.stdout.write(json.dumps(report.as_dict(get_config().key_prefix), indent=2))
         else:
             self._print(report, conn)
@@ -179,7 +180,7 @@ class Command(BaseCommand):
 
     # --- scanning ---------------------------------------------------------------------
 
-    def _nodes(self, client: Any, conn: str) -> list[tuple[str, Any]]:
+    def _nodes(self, client: Any) -> list[tuple[str, Any]]:
         """(name, plain client) of every server to scan: each master on a Cluster."""
         # A batch's keys span many slots, which a script may not touch on a Cluster.
         self._use_script = not connections.is_cluster(client)
@@ -303,11 +304,11 @@ class Command(BaseCommand):
         our_prefix = get_config().key_prefix
         scope = f" matching {report.prefix!r}*" if report.prefix else ""
         rate = report.scanned / report.seconds if report.seconds else 0.0
-        out(f"Redis audit of {conn!r}: {report.scanned:,} keys{scope} scanned in "
+        out(f"Redis audit of {describe(conn)}: {report.scanned:,} keys{scope} scanned in "
             f"{report.seconds:.1f} s ({rate:,.0f} keys/s).")
         for server in report.servers:
             out("")
-            out(f"Server {server['endpoint']}: Redis {server['version'] or '?'}, "
+            out(f"Server {server['endpoint']}: {server['product']} {server['version'] or '?'}, "
                 f"role {server['role'] or '?'}, {server['keys']:,} keys, "
                 f"used memory {_human(server['used_memory'])}.")
             maxmemory = server["maxmemory"]
@@ -321,16 +322,17 @@ class Command(BaseCommand):
 
         out("")
         if report.no_ttl_count:
-            out(self.style.WARNING(f"Keys without a TTL: {report.no_ttl_count:,}"))
+            out(f"Keys without a TTL: {report.no_ttl_count:,}", self.style.WARNING)
             out(f"  {'count':>10}  pattern (example)")
             for pattern, count in report.no_ttl.most_common(20):
                 ours = "  <- written by django-redispatterns: please report" if (
                     pattern.startswith(f"{our_prefix}:")) else ""
-                out(f"  {count:>10,}  {pattern}  ({report.no_ttl_examples[pattern]}){ours}")
+                example = printable(report.no_ttl_examples[pattern], keep="")
+                out(f"  {count:>10,}  {printable(pattern, keep='')}  ({example}){ours}")
             if len(report.no_ttl) > 20:
                 out(f"  ... and {len(report.no_ttl) - 20:,} more patterns (see --json).")
         else:
-            out(self.style.SUCCESS("Keys without a TTL: none."))
+            out("Keys without a TTL: none.", self.style.SUCCESS)
 
         if report.largest:
             sampled = "" if report.measured >= report.scanned else (
@@ -342,6 +344,7 @@ class Command(BaseCommand):
                 kind, ttl = report.details.get((node, key), ("?", -2))
                 ttl_text = {-1: "none", -2: "gone"}.get(ttl, f"{ttl / 1000:.0f}s")
                 where = f"  [{node}]" if len(report.servers) > 1 else ""
-                out(f"  {_human(size):>10}  {kind:<6} {ttl_text:>9}  {key}{where}")
+                out(f"  {_human(size):>10}  {kind:<6} {ttl_text:>9}  "
+                    f"{printable(key, keep='')}{where}")
         elif not report.memory_usage_available:
             out("MEMORY USAGE is unavailable on this server; largest keys not measured.")

@@ -1,6 +1,7 @@
 """``manage.py sessions list|revoke USER``: see and end a user's sessions (operators).
 
-USER is a username (``USERNAME_FIELD``) or a primary key. Sessions are shown by handle
+USER is a primary key when it is all digits and such a user exists, otherwise a username
+(``USERNAME_FIELD``). Sessions are shown by handle
 (a hash of the cookie), never by the cookie value itself.
 
     manage.py sessions list alice
@@ -13,35 +14,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from ...sessions import logout_everywhere, revoke_session, user_sessions
+from ..base import RedisCommand, find_user, printable
 
 
-def find_user(value: str) -> Any:
-    model = get_user_model()
-    found = model._default_manager.filter(**{model.USERNAME_FIELD: value}).first()
-    if found is None:
-        try:
-            found = model._default_manager.filter(pk=value).first()
-        except (ValueError, TypeError, ValidationError):
-            found = None
-    if found is None:
-        raise CommandError(f"no user with {model.USERNAME_FIELD} or pk {value!r}")
-    return found
-
-
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = "List or revoke a user's sessions (Redis session engine with a per-user index)."
+    feature = "SESSIONS"
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         listing = sub.add_parser("list", help="show the user's live sessions")
-        listing.add_argument("user", help="username or primary key")
+        listing.add_argument("user", help="primary key (all digits) or username")
         revoke = sub.add_parser("revoke", help="end the user's sessions")
-        revoke.add_argument("user", help="username or primary key")
+        revoke.add_argument("user", help="primary key (all digits) or username")
         which = revoke.add_mutually_exclusive_group()
         which.add_argument("--keep", help="handle (or key) of a session to keep")
         which.add_argument("--session", help="handle (or key) of the one session to end")
@@ -64,7 +52,8 @@ class Command(BaseCommand):
         for s in sessions:
             self.stdout.write(
                 f"{s.session_key}  created {_iso(s.created)}  active {_iso(s.last_activity)}  "
-                f"expires {_iso(s.expires)}  ip {s.ip or '-'}  {s.user_agent or '-'}"
+                f"expires {_iso(s.expires)}  ip {printable(s.ip or '-', keep='')}  "
+                f"{printable(s.user_agent or '-', keep='')}"
             )
 
 

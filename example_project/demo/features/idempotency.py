@@ -4,6 +4,10 @@ The page hands out a fresh Idempotency-Key with every render; the browser sends 
 with it (twice at once for the double submit). The pay view is slow on purpose, so the
 second copy arrives while the first runs: it gets 409, a later retry gets the replay, and
 the "charges made" counter only moves once per key.
+
+The receipt view answers a TemplateResponse, rendered by Django after the view returned,
+and its template fails: the claim is freed all the same, so a retry runs again (500, not
+409 for the next hour).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import uuid
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template.response import TemplateResponse
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
@@ -50,4 +55,18 @@ def pay(request: HttpRequest) -> HttpResponse:
                          "charges_made": total}, status=201)
 
 
-urlpatterns = [path("", index, name="index"), path("pay/", pay, name="pay")]
+class _OutOfPaper:
+    @property
+    def receipt(self) -> str:
+        raise RuntimeError("the receipt printer is out of paper")
+
+
+@require_POST
+@idempotent(required=True, ttl=3600)
+def receipt(request: HttpRequest) -> TemplateResponse:
+    return TemplateResponse(request, "demo/idempotency_receipt.txt",
+                            {"printer": _OutOfPaper()}, status=201, content_type="text/plain")
+
+
+urlpatterns = [path("", index, name="index"), path("pay/", pay, name="pay"),
+               path("receipt/", receipt, name="receipt")]

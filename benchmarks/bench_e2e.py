@@ -1,0 +1,222 @@
+"""End to end: the soak app on gunicorn, ours against the stack users replace.
+
+Two gunicorns (4 workers x 4 threads each) serve the same app (``soak/app``), each with its
+own redis-server: **ours** (our cache backend, session engine with SessionActivityMiddleware,
+``@ratelimit`` / ``RateLimitMiddleware``, ``IdempotencyMiddleware``) and **theirs**
+(django-redis's cache, Django's cache session engine, django-ratelimit's fixed window, no
+idempotency layer). One closed-loop load (4 processes x 4 signed-in devices) alternates
+between them **every second**, all devices together, so both stacks share every moment of
+the (shared, noisy) machine; each second is a round. Scenarios: the mix, then each route
+alone. Rate limits are set so high that every request is admitted: this measures the
+admitted path, not 429s. We report per route the median over the rounds of requests/s and
+the median latency, and their ratios ours/theirs (> 1: ours is faster), the redis-server CPU
+per request, and the Redis commands each request sent (from ``MONITOR``; commands run
+inside a script not counted).
+Then py-spy samples the workers of each stack under the mix, charged to the layer that
+spent them (:mod:`benchmarks.e2e_profile`).
+
+``E2E_SECONDS`` (24) is the length of each scenario, ``E2E_PROFILE_SECONDS`` (20, 0 = no
+profile) the profile's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import e2e_profile
+
+ROUTES = {
+    "me": "GET /me (signed in)",
+    "rl_fixed": "GET /rl/fixed (fixed window)",
+    "rl_sliding": "GET /rl/sliding (ours: sliding window)",
+    "rl_gcra": "GET /rl/gcra (ours: token bucket)",
+    "api_rule": "GET /api/echo (ours: middleware rule)",
+    "cached": "GET /cached (get_or_set, hits)",
+    "order": "POST /orders (ours: Idempotency-Key)",
+}
+STACKS = ("ours", "theirs")
+SLOT = 1.0  # seconds per round
+WARMUP_SLOTS = 2  # sign-ins, pools, script loads
+
+
+class Monitor:
+    """Counts the commands clients send to one Redis (MONITOR), scripts' inner calls apart."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+        self.sock.sendall(b"MONITOR\r\n")
+        self.client = self.script = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self) -> None:
+        buffer = b""
+        while not self.stop.is_set():
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\r\n")
+            for line in lines:
+                if b" [0 lua] " in line:
+                    self.script += 1
+                elif line.startswith(b"+") and b"] " in line:
+                    self.client += 1
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+        return max(self.client - 1, 0)  # MONITOR's own "+OK"
+
+
+def _redis_cpu(stack: Any) -> float:
+    info = stack.redis.client().info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: float,
+              outdir: Path, cpu: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """One load alternating between the stacks every SLOT; its events. ``cpu`` gets each
+    stack's redis-server CPU seconds per request."""
+    from soak.run import start_load
+
+    ports = [stacks[name].server.port for name in STACKS]
+    before = {name: _redis_cpu(stacks[name]) for name in STACKS}
+    load = start_load(owned, ports[0], seconds, outdir, procs=4, threads=4, mode="bench",
+                      mix=mix, other_ports=ports[1:], slot_seconds=SLOT)
+    events = load.collect()
+    for e in events:
+        e["t_rel"] = e["s"] - load.t0
+    if cpu is not None:
+        for i, name in enumerate(STACKS):
+            served = sum(1 for e in events if e.get("tg", 0) == i and e["st"])
+            cpu[name] = (_redis_cpu(stacks[name]) - before[name]) / max(served, 1)
+    return events
+
+
+def _commands(owned: Any, stacks: dict[str, Any], mix: dict[str, int],
+              outdir: Path) -> dict[str, float]:
+    """A separate short pass under MONITOR (it slows Redis, so not while timing): commands
+    sent per request, sign-ins included, scripts' inner calls not counted."""
+    monitors = {name: Monitor(stacks[name].redis.port) for name in STACKS}
+    events = _scenario(owned, stacks, mix, 8 * SLOT, outdir)
+    time.sleep(0.3)
+    counts = {name: m.close() for name, m in monitors.items()}
+    return {name: counts[name] / max(1, sum(1 for e in events if e.get("tg", 0) == i))
+            for i, name in enumerate(STACKS)}
+
+
+def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str, float],
+               cpu: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+    """stats[stack][route] = requests/s (median of rounds), p50 ms, errors, commands/req."""
+    slots = int(seconds // SLOT)
+    out: dict[str, dict[str, dict[str, float]]] = {name: {} for name in STACKS}
+    for index, name in enumerate(STACKS):
+        mine = [e for e in events if e.get("tg", 0) == index and e["st"] and e["k"] in ROUTES
+                and e["t_rel"] >= WARMUP_SLOTS * SLOT]
+        for route in (*ROUTES, "all"):
+            evs = [e for e in mine if route == "all" or e["k"] == route]
+            if not evs:
+                continue
+            per_slot = [0] * slots
+            for e in evs:
+                per_slot[min(int(e["t_rel"] // SLOT), slots - 1)] += 1
+            rounds = [n / SLOT for i, n in enumerate(per_slot)
+                      if i >= WARMUP_SLOTS and i % len(STACKS) == index]
+            out[name][route] = {
+                "rps": statistics.median(rounds) if rounds else 0.0,
+                "p50": 1000 * statistics.median(e["r"] - e["s"] for e in evs),
+                "errors": sum(1 for e in evs if e["st"] >= 400),
+                "commands": commands[name],
+                "redis_us": 1e6 * cpu[name],
+            }
+    return out
+
+
+def run() -> None:
+    from soak.load import BENCH_MIX
+    from soak.processes import Owned
+    from soak.run import Stack
+
+    seconds = float(os.environ.get("E2E_SECONDS", "24"))
+    profile_seconds = float(os.environ.get("E2E_PROFILE_SECONDS", "20"))
+    scenarios: dict[str, dict[str, int]] = {"mix": dict(BENCH_MIX)}
+    scenarios.update({route: {route: 1} for route in ROUTES})
+    owned = Owned()
+    outdir = Path(tempfile.mkdtemp(prefix="rp-e2e-"))
+    try:
+        stacks = {name: Stack(owned, "gunicorn", stack=name, env={"SOAK_BENCH": "1"})
+                  for name in STACKS}
+        _scenario(owned, stacks, BENCH_MIX, 6, outdir)  # warm up both
+        results = {}
+        for scenario, mix in scenarios.items():
+            cpu: dict[str, float] = {}
+            events = _scenario(owned, stacks, mix, seconds, outdir, cpu)
+            commands = _commands(owned, stacks, mix, outdir)
+            results[scenario] = _per_route(events, seconds, commands, cpu)
+        report(results, seconds)
+        if profile_seconds > 0:
+            profile(owned, stacks, profile_seconds, outdir)
+    finally:
+        owned.stop_all()
+
+
+def report(results: dict[str, Any], seconds: float) -> None:
+    print(f"\n## End to end: gunicorn 4x4 each, load alternating every {SLOT:.0f} s, "
+          f"{seconds:.0f} s per scenario (medians over the rounds; ratio = ours/theirs, "
+          "> 1 is ours faster)")
+    print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
+          f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
+          f"{'Redis CPU us/req':>17} {'errors ours/theirs':>19}")
+    for scenario, per in results.items():
+        routes = ["all", *ROUTES] if scenario == "mix" else [scenario]
+        for route in routes:
+            ours, theirs = per["ours"].get(route), per["theirs"].get(route)
+            if not ours or not theirs:
+                continue
+            label = "every route" if route == "all" else ROUTES[route]
+            whole = route in ("all", scenario)
+            cmds = f"{ours['commands']:.2f} / {theirs['commands']:.2f}" if whole else ""
+            us = f"{ours['redis_us']:.0f} / {theirs['redis_us']:.0f}" if whole else ""
+            print(f"{scenario:<11} {label:<40} {ours['rps']:>10,.0f} {theirs['rps']:>7,.0f} "
+                  f"{ours['rps'] / max(theirs['rps'], 1e-9):>6.2f} {ours['p50']:>11.1f} "
+                  f"{theirs['p50']:>7.1f} {theirs['p50'] / max(ours['p50'], 1e-9):>6.2f} "
+                  f"{cmds:>21} {us:>17} {ours['errors']:>11.0f} / {theirs['errors']:<5.0f}")
+
+
+def profile(owned: Any, stacks: dict[str, Any], seconds: float, outdir: Path) -> None:
+    from soak.load import BENCH_MIX
+    from soak.run import start_load
+
+    keep = Path(__file__).resolve().parent.parent / ".benchmarks"
+    keep.mkdir(exist_ok=True)
+    for name, stack in stacks.items():
+        for idle in (False, True):
+            raw = keep / f"e2e-profile-{name}-{'wall' if idle else 'cpu'}.txt"
+            load = start_load(owned, stack.server.port, seconds + 4, outdir, procs=4,
+                              threads=4, mode="bench", mix=dict(BENCH_MIX))
+            time.sleep(2.5)  # devices signed in, load steady
+            ok = e2e_profile.record(stack.server.process.pid, seconds, raw, idle=idle)
+            load.collect()
+            if not ok:
+                print("\npy-spy is not installed (pip install py-spy): no profile")
+                return
+            what = "wall time (incl. waiting for Redis)" if idle else "CPU"
+            print("\n".join(e2e_profile.table(f"{name}: {what}, mix", raw)))
+            if name == "ours":
+                print("\n".join(e2e_profile.hot_functions(raw)))
+            print(f"(raw samples: {raw})")

@@ -1,0 +1,80 @@
+"""``./dev soak [--short] [--servers gunicorn,uvicorn] [--out DIR]``.
+
+Runs the soak app on each server under the checking load and the fault timeline, writes
+``DIR/report.md`` and ``DIR/latency.png``, and exits 1 when any promise broke (2 when the
+soak itself could not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from soak import report, run
+from soak.processes import ROOT
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="./dev soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--short", action="store_true",
+                        help="about a minute in all (CI): short phases, same faults")
+    parser.add_argument("--servers", default="gunicorn,uvicorn",
+                        help="comma-separated: gunicorn (4 workers x 4 threads), uvicorn (4)")
+    parser.add_argument("--procs", type=int, default=4, help="load processes (default 4)")
+    parser.add_argument("--threads", type=int, default=4,
+                        help="devices per load process (default 4)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report folder (default .soak/short or .soak/full)")
+    parser.add_argument("--keep-events", action="store_true",
+                        help="also write every answer to events-<server>.jsonl.gz")
+    args = parser.parse_args(argv)
+    variant = "short" if args.short else "full"
+    timeline = run.SHORT if args.short else run.FULL
+    outdir = args.out or ROOT / ".soak" / variant
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    signal.signal(signal.SIGTERM, _interrupted)
+    started = time.monotonic()
+    results = []
+    try:
+        for server in servers:
+            result = run.run_server(server, timeline, procs=args.procs, threads=args.threads,
+                                    log=lambda line: print(line, flush=True),
+                                    keep=outdir if args.keep_events else None)
+            results.append(result)
+            for finding in result.findings:
+                mark = "ok    " if finding.ok else "BROKEN"
+                print(f"[{server}] {mark} {finding.promise}: {finding.summary}", flush=True)
+            if args.keep_events:
+                outdir.mkdir(parents=True, exist_ok=True)
+                with gzip.open(outdir / f"events-{server}.jsonl.gz", "wt") as f:
+                    for event in result.events:
+                        f.write(json.dumps(event) + "\n")
+                (outdir / f"run-{server}.json").write_text(json.dumps(
+                    {"t0": result.t0, "phases": result.phases, "servers": result.servers,
+                     "runlog": result.runlog}))
+    except KeyboardInterrupt:
+        print("soak: interrupted; every process it started was stopped", file=sys.stderr)
+        return 130
+    page = report.write(results, outdir, variant)
+    ok = all(r.ok for r in results)
+    print(f"soak ({variant}, {time.monotonic() - started:.0f} s): "
+          f"{'every promise held' if ok else 'BROKEN PROMISES'}; report: {page}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main(sys.argv[1:]))
+    except RuntimeError as exc:
+        print(f"soak could not run: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
