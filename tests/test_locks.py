@@ -615,7 +615,7 @@ def test_paused_process_holder_is_fenced_off(redis_client: redis.Redis, redis_ur
 
 
 def test_tokens_are_unique_and_reseeded_after_fork() -> None:
-    from django_redispatterns.locks._lease import new_token
+    from django_redispatterns.locks._names import new_token
 
     tokens = {new_token() for _ in range(100_000)}
     assert len(tokens) == 100_000

@@ -13,7 +13,8 @@ from typing import Any, TypeVar, cast
 from django.core.management.base import BaseCommand, CommandError
 
 from ..exceptions import BackendUnavailable, LockLost, LockNotAcquired
-from ._lease import DEFAULT_NAMESPACE, Lock
+from ._lock import Lock
+from ._names import DEFAULT_NAMESPACE
 
 logger = logging.getLogger("django_redispatterns.locks")
 

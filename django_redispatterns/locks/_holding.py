@@ -1,0 +1,162 @@
+"""Holding a lease: the heartbeat that renews it, extend(), and noticing it was lost.
+
+:class:`Holding` is mixed into the lock classes; it uses only the lease store
+(:mod:`._lease`/:mod:`._quorum`) and the heartbeat scheduler (:mod:`._heartbeat`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+
+from .. import signals
+from ..exceptions import BackendUnavailable
+from . import _errors, _heartbeat
+from ._lease import EXTEND, Server
+from ._names import check_seconds, ms
+
+logger = logging.getLogger("django_redispatterns.locks")
+
+
+class Holding:
+    """The lease bookkeeping of a held lock (sync heartbeat thread or asyncio task)."""
+
+    names: tuple[str, ...]
+    ttl: float
+    token: str | None
+    fencing_tokens: dict[str, int]
+    _store: Server
+    _lost_reason: str | None
+    _lease_ends: float  # time.monotonic() after which the lease may be gone
+    _renewal: _heartbeat.Renewal | None
+    _task: asyncio.Task[None] | None
+    _state: threading.Lock
+
+    @property
+    def label(self) -> str:
+        return self.names[0] if len(self.names) == 1 else ",".join(self.names)
+
+    @property
+    def lost(self) -> bool:
+        """True once the heartbeat (or a release) found the lease gone or taken over."""
+        return self._lost_reason is not None
+
+    def check(self) -> None:
+        """Raise :class:`LockLost` now if the lease is known to be lost (a checkpoint)."""
+        if self._lost_reason is not None:
+            raise self._lost_error()
+
+    def _lost_error(self) -> Exception:
+        return _errors.lost(self.label, self._lost_reason)
+
+    def _fence_value(self) -> int | None:
+        return max(self.fencing_tokens.values()) if self.fencing_tokens else None
+
+    # -- heartbeat ---------------------------------------------------------------------
+
+    def _start_heartbeat(self) -> None:
+        self._renewal = _heartbeat.start(self._renew, self.ttl / 3)
+
+    def _stop_heartbeat(self) -> None:
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.stop()
+
+    def _renew(self) -> bool:
+        """One heartbeat: extend the lease; False (stop renewing) once it is lost."""
+        token = self.token
+        if token is None:
+            return False
+        sent = time.monotonic()
+        try:
+            still = self._store.count(EXTEND, [token, ms(self.ttl)], "renew")
+        except BackendUnavailable as exc:
+            return self._renewed(token, sent, 0, exc)
+        return self._renewed(token, sent, still, None)
+
+    def _start_aheartbeat(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._aheartbeat())
+
+    async def _aheartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            token = self.token
+            if token is None:
+                return
+            sent = time.monotonic()
+            try:
+                still = await self._store.acount(EXTEND, [token, ms(self.ttl)], "renew")
+            except BackendUnavailable as exc:
+                if not self._renewed(token, sent, 0, exc):
+                    return
+                continue
+            if not self._renewed(token, sent, still, None):
+                return
+
+    async def _astop_heartbeat(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _renewed(self, token: str, sent: float, still: int,
+                 error: BackendUnavailable | None) -> bool:
+        """Book one heartbeat's outcome; False once the lease is known to be lost."""
+        if error is not None:
+            signals.lock_renew_failed.send(type(self), name=self.label, token=token,
+                                           fencing_token=self._fence_value())
+            if time.monotonic() >= self._lease_ends:
+                self._mark_lost(f"could not renew it before the lease ran out ({error})")
+                return False
+            return True
+        if still < len(self.names):
+            self._mark_lost("the lease expired or another owner took it over")
+            return False
+        self._lease_ends = sent + self.ttl
+        return True
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._lost_reason is not None:
+            return
+        self._lost_reason = reason
+        logger.error("lock %r lost while held (fencing token %s): %s",
+                     self.label, self._fence_value(), reason)
+        signals.lock_lost.send(type(self), name=self.label, token=self.token or "",
+                               fencing_token=self._fence_value())
+
+    # -- extend ------------------------------------------------------------------------
+
+    def _extend_args(self, ttl: float | None) -> tuple[str, float]:
+        seconds = self.ttl if ttl is None else check_seconds("ttl", ttl, allow_zero=False)
+        token = self.token
+        if token is None:
+            raise _errors.not_owned(self.label, "extend")
+        return token, seconds
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the remaining lease to ``ttl`` seconds (default: the lock's ttl).
+
+        No limit on how often. Raises :class:`LockNotOwned` when the lock is no longer ours;
+        another owner's lease is never touched.
+        """
+        token, seconds = self._extend_args(ttl)
+        sent = time.monotonic()
+        self._after_extend(self._store.count(EXTEND, [token, ms(seconds)], "extend"), sent,
+                           seconds)
+
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Async twin of :meth:`extend`."""
+        token, seconds = self._extend_args(ttl)
+        sent = time.monotonic()
+        extended = await self._store.acount(EXTEND, [token, ms(seconds)], "extend")
+        self._after_extend(extended, sent, seconds)
+
+    def _after_extend(self, extended: int, sent: float, seconds: float) -> None:
+        if extended < len(self.names):
+            self._mark_lost("extend found the lease gone or taken over")
+            raise _errors.not_owned(self.label, "extend")
+        self._lease_ends = sent + seconds
