@@ -66,7 +66,9 @@ def _decorate(func: F, *, name: NameT, ttl: float, wait: float, auto_renew: bool
         if skip:
             line = (f"skipped: {lock.name!r} is already running elsewhere "
                     "(@single_flight lock held)")
-            logger.info(line)
+            # The line itself goes to stderr (once); the log record is DEBUG, so a console
+            # log handler at INFO (a common Django setup) does not print it a second time.
+            logger.debug(line)
             (command.stderr if command is not None else sys.stderr).write(line + "\n")
             return
         message = (f"{lock.name!r} is locked by another run; gave up after waiting "
