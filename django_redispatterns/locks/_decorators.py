@@ -53,13 +53,13 @@ def _lock_name(name: NameT, func: Callable[..., Any], command: BaseCommand | Non
 
 
 def _decorate(func: F, *, name: NameT, ttl: float, wait: float, auto_renew: bool,
-              namespace: str, skip: bool) -> F:
+              namespace: str, skip: bool, max_hold: float | None) -> F:
     def make_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Lock, Any]:
         command = args[0] if args and isinstance(args[0], BaseCommand) else None
         lock_name = _lock_name(name, func, command, args, kwargs)
         owner = _command_name(command) if command is not None else func.__qualname__
         lock = Lock(lock_name, ttl, wait=0 if skip else wait, auto_renew=auto_renew,
-                    namespace=namespace, owner=owner)
+                    namespace=namespace, owner=owner, max_hold=max_hold)
         return lock, command
 
     def not_acquired(lock: Lock, command: BaseCommand | None) -> None:
@@ -156,23 +156,26 @@ class _Held:
 
 
 def locked(name: NameT = None, ttl: float = 60, wait: float = 0, *, auto_renew: bool = True,
-           namespace: str = DEFAULT_NAMESPACE) -> Callable[[F], F]:
+           namespace: str = DEFAULT_NAMESPACE, max_hold: float | None = None,
+           ) -> Callable[[F], F]:
     """Run the decorated command ``handle`` (or function) only while holding a lock.
 
     ``name`` defaults to the command's name (``module.qualname`` for functions); a callable
     gets the call's arguments (without ``self`` for commands) and returns the name. When
     another run holds the lock, waits up to ``wait`` seconds, then raises ``CommandError``
     for commands and :class:`LockNotAcquired` for functions. Inside, ``self.fencing_token``
-    (commands) or ``current_lock().fencing_token`` gives the fencing token.
+    (commands) or ``current_lock().fencing_token`` gives the fencing token. ``max_hold``
+    bounds the whole run's hold (see :class:`Lock`): past it the lock is lost.
     """
     def decorator(func: F) -> F:
         return _decorate(func, name=name, ttl=ttl, wait=wait, auto_renew=auto_renew,
-                         namespace=namespace, skip=False)
+                         namespace=namespace, skip=False, max_hold=max_hold)
     return decorator
 
 
 def single_flight(name: NameT = None, ttl: float = 60, *, auto_renew: bool = True,
-                  namespace: str = DEFAULT_NAMESPACE) -> Callable[[F], F]:
+                  namespace: str = DEFAULT_NAMESPACE, max_hold: float | None = None,
+                  ) -> Callable[[F], F]:
     """At most one run at a time across every host; a concurrent run skips.
 
     A skipped run writes one line to stderr and returns None without running (a command
@@ -180,5 +183,5 @@ def single_flight(name: NameT = None, ttl: float = 60, *, auto_renew: bool = Tru
     """
     def decorator(func: F) -> F:
         return _decorate(func, name=name, ttl=ttl, wait=0, auto_renew=auto_renew,
-                         namespace=namespace, skip=True)
+                         namespace=namespace, skip=True, max_hold=max_hold)
     return decorator

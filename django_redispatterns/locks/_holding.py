@@ -26,6 +26,8 @@ class Holding:
 
     names: tuple[str, ...]
     ttl: float
+    max_hold: float | None
+    _hold_ends: float  # time.monotonic() after which the lease is never renewed (max_hold)
     token: str | None
     fencing_tokens: dict[str, int]
     _store: Server
@@ -65,35 +67,62 @@ class Holding:
         if renewal is not None:
             renewal.stop()
 
+    def _hold_left(self) -> float:
+        """Seconds until max_hold is reached (infinite without max_hold)."""
+        return self._hold_ends - time.monotonic()
+
+    def _next_lease(self) -> float | None:
+        """What the next renewal may extend the lease to; None once max_hold is reached.
+
+        The last renewals are cut short so the lease ends when max_hold does.
+        """
+        left = self._hold_left()
+        if left <= 0.001:
+            self._mark_lost(f"held for max_hold={self.max_hold:g}s, so the heartbeat "
+                            "stopped renewing it")
+            return None
+        return min(self.ttl, left)
+
     def _renew(self) -> bool:
         """One heartbeat: extend the lease; False (stop renewing) once it is lost."""
         token = self.token
         if token is None:
             return False
+        seconds = self._next_lease()
+        if seconds is None:
+            return False
+        renewal = self._renewal
+        if renewal is not None:  # the next beat comes no later than the end of max_hold
+            renewal.interval = min(self.ttl / 3, seconds)
         sent = time.monotonic()
         try:
-            still = self._store.count(EXTEND, [token, ms(self.ttl)], "renew")
+            still = self._store.count(EXTEND, [token, ms(seconds)], "renew")
         except BackendUnavailable as exc:
-            return self._renewed(token, sent, 0, exc)
-        return self._renewed(token, sent, still, None)
+            return self._renewed(token, sent, 0, exc, seconds)
+        return self._renewed(token, sent, still, None, seconds)
 
     def _start_aheartbeat(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._aheartbeat())
 
     async def _aheartbeat(self) -> None:
+        pause = self.ttl / 3
         while True:
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(pause)
             token = self.token
             if token is None:
                 return
+            seconds = self._next_lease()
+            if seconds is None:
+                return
+            pause = min(self.ttl / 3, seconds)
             sent = time.monotonic()
             try:
-                still = await self._store.acount(EXTEND, [token, ms(self.ttl)], "renew")
+                still = await self._store.acount(EXTEND, [token, ms(seconds)], "renew")
             except BackendUnavailable as exc:
-                if not self._renewed(token, sent, 0, exc):
+                if not self._renewed(token, sent, 0, exc, seconds):
                     return
                 continue
-            if not self._renewed(token, sent, still, None):
+            if not self._renewed(token, sent, still, None, seconds):
                 return
 
     async def _astop_heartbeat(self) -> None:
@@ -104,7 +133,7 @@ class Holding:
                 await task
 
     def _renewed(self, token: str, sent: float, still: int,
-                 error: BackendUnavailable | None) -> bool:
+                 error: BackendUnavailable | None, seconds: float) -> bool:
         """Book one heartbeat's outcome; False once the lease is known to be lost."""
         if error is not None:
             signals.lock_renew_failed.send(type(self), name=self.label, token=token,
@@ -116,7 +145,7 @@ class Holding:
         if still < len(self.names):
             self._mark_lost("the lease expired or another owner took it over")
             return False
-        self._lease_ends = sent + self.ttl
+        self._lease_ends = sent + seconds
         return True
 
     def _mark_lost(self, reason: str) -> None:
@@ -135,13 +164,18 @@ class Holding:
         token = self.token
         if token is None:
             raise _errors.not_owned(self.label, "extend")
-        return token, seconds
+        left = self._hold_left()
+        if left <= 0.001:
+            self._mark_lost(f"held for max_hold={self.max_hold:g}s; extend refused")
+            raise _errors.not_owned(self.label, "extend")
+        return token, min(seconds, left)
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the remaining lease to ``ttl`` seconds (default: the lock's ttl).
 
-        No limit on how often. Raises :class:`LockNotOwned` when the lock is no longer ours;
-        another owner's lease is never touched.
+        No limit on how often, but never past ``max_hold`` from the acquisition (the lease
+        is cut short to end there). Raises :class:`LockNotOwned` when the lock is no longer
+        ours or max_hold is reached; another owner's lease is never touched.
         """
         token, seconds = self._extend_args(ttl)
         sent = time.monotonic()

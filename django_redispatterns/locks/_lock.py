@@ -57,6 +57,7 @@ class _Base(Holding):
         owner: str | None,
         min_replicas: int = 0,
         replica_timeout: float = 0.1,
+        max_hold: float | None = None,
     ) -> None:
         config = get_config().feature("LOCKS")
         self.names: tuple[str, ...] = tuple(names)
@@ -64,6 +65,12 @@ class _Base(Holding):
         self.ttl = check_seconds("ttl", config["TTL"] if ttl is None else ttl, allow_zero=False)
         self.wait = check_seconds("wait", wait, allow_zero=True)
         self.auto_renew = bool(auto_renew)
+        self.max_hold = None if max_hold is None else check_seconds("max_hold", max_hold,
+                                                                   allow_zero=False)
+        if self.max_hold is not None and self.max_hold < self.ttl:
+            raise ValueError(f"max_hold ({self.max_hold:g}s) must be at least the ttl "
+                             f"({self.ttl:g}s)")
+        self._hold_ends = float("inf")
         quorum_names = list(config["QUORUM"] if quorum is None else quorum)
         if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
             raise ValueError(f"min_replicas must be an int >= 0, got {min_replicas!r}")
@@ -135,6 +142,8 @@ class _Base(Holding):
         self.fencing_tokens = dict(zip(self.names, attempt.fences, strict=True))
         self._lost_reason = None
         self._lease_ends = attempt.started + attempt.validity
+        if self.max_hold is not None:
+            self._hold_ends = attempt.started + self.max_hold
         logger.debug("lock %r acquired (fencing token %s)", self.label, attempt.fences)
         signals.lock_acquired.send(type(self), name=self.label, token=token,
                                    fencing_token=self._fence_value())
@@ -280,7 +289,11 @@ class Lock(_Base):
       :attr:`fencing_token` is larger than that of every earlier acquisition of the name;
     * release/extend only ever touch the key while it holds this acquisition's token;
     * with ``auto_renew`` a heartbeat extends the lease every ``ttl/3``; when it finds the
-      lease lost, leaving the ``with`` block raises :class:`LockLost`.
+      lease lost, leaving the ``with`` block raises :class:`LockLost`;
+    * with ``max_hold`` no renewal (heartbeat or :meth:`extend`) keeps the lease past
+      ``max_hold`` seconds from the acquisition: the heartbeat stops there and the holder
+      is told the same way as for a lost lease (:attr:`lost`, :meth:`check`, and
+      :class:`LockLost` when leaving the ``with`` block).
 
     One instance is one holder: create a Lock per thread or task (they are cheap).
     """
@@ -298,11 +311,12 @@ class Lock(_Base):
         owner: str | None = None,
         min_replicas: int = 0,
         replica_timeout: float = 0.1,
+        max_hold: float | None = None,
     ) -> None:
         super().__init__([check_name(name)], ttl, wait=wait, auto_renew=auto_renew,
                          namespace=namespace, connection=connection, quorum=quorum,
                          owner=owner, min_replicas=min_replicas,
-                         replica_timeout=replica_timeout)
+                         replica_timeout=replica_timeout, max_hold=max_hold)
 
     @property
     def name(self) -> str:
@@ -341,6 +355,7 @@ class MultiLock(_Base):
         owner: str | None = None,
         min_replicas: int = 0,
         replica_timeout: float = 0.1,
+        max_hold: float | None = None,
     ) -> None:
         if isinstance(names, str):
             raise TypeError("MultiLock takes a list of names, not one str (use Lock)")
@@ -349,7 +364,8 @@ class MultiLock(_Base):
             raise ValueError("MultiLock needs at least one name")
         super().__init__(unique, ttl, wait=wait, auto_renew=auto_renew, namespace=namespace,
                          connection=connection, quorum=quorum, owner=owner,
-                         min_replicas=min_replicas, replica_timeout=replica_timeout)
+                         min_replicas=min_replicas, replica_timeout=replica_timeout,
+                         max_hold=max_hold)
 
     @property
     def fencing_token(self) -> int | None:
