@@ -25,6 +25,8 @@ ACQUIRE = "lock_acquire"
 RELEASE = "lock_release"
 EXTEND = "lock_extend"
 FENCE_FLOOR = "lock_fence_floor"
+WAKE_TTL_MS = 1000  # a wake-up list outlives the release that pushed it by this long
+WAITING_MS = 1000  # a waiter's "someone waits" marker lives this long after its attempt
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Target:
     fencing_ttl_ms: int
     min_replicas: int = 0
     replica_timeout: float = 0.1
+    waiting_keys: list[str] = field(default_factory=list)
     wake_keys: list[str] = field(default_factory=list)
 
 
@@ -64,6 +67,7 @@ class Server:
     """The lease of one lock on one Redis server (or one Cluster slot)."""
 
     quorum_mode = False
+    wakes_waiters = True  # a release pushes a wake-up for waiters in other processes
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -196,23 +200,43 @@ class Server:
             with contextlib.suppress(redis.RedisError):
                 await scripts.script(RELEASE).acall(client, self.target.held_keys, [token])
 
-    def count(self, script: str, args: list[Any], action: str) -> int:
+    def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
+        t = self.target
+        if not self.wakes_waiters:
+            return t.held_keys, [token]
+        return t.held_keys + t.waiting_keys + t.wake_keys, [token, WAKE_TTL_MS]
+
+    def release(self, token: str) -> int:
+        """Owner-checked release that wakes one waiter of each name; names released."""
+        keys_, args = self._release_call(token)
+        return self.count(RELEASE, args, "release", keys_)
+
+    async def arelease(self, token: str) -> int:
+        """Async twin of :meth:`release`."""
+        keys_, args = self._release_call(token)
+        return await self.acount(RELEASE, args, "release", keys_)
+
+    def count(self, script: str, args: list[Any], action: str,
+              keys_: list[str] | None = None) -> int:
         """Run release/extend on every connection; the number of names still ours."""
         lua = scripts.script(script)
+        keys_ = self.target.held_keys if keys_ is None else keys_
         results: list[int] = []
         error: Exception | None = None
         for client in self.clients():
             try:
-                results.append(int(lua(client, self.target.held_keys, args)))
+                results.append(int(lua(client, keys_, args)))
             except redis.RedisError as exc:
                 error = exc
         return self.count_result(results, error, action)
 
-    async def acount(self, script: str, args: list[Any], action: str) -> int:
+    async def acount(self, script: str, args: list[Any], action: str,
+                     keys_: list[str] | None = None) -> int:
         """Async twin of :meth:`count`."""
         lua = scripts.script(script)
+        keys_ = self.target.held_keys if keys_ is None else keys_
         replies = await asyncio.gather(
-            *(lua.acall(c, self.target.held_keys, args) for c in self.async_clients()),
+            *(lua.acall(c, keys_, args) for c in self.async_clients()),
             return_exceptions=True,
         )
         results = [int(r) for r in replies if not isinstance(r, BaseException)]

@@ -23,7 +23,7 @@ from ..conf import get_config
 from ..exceptions import BackendUnavailable, LockNotOwned
 from . import _errors, _waiting
 from ._holding import Holding
-from ._lease import RELEASE, Attempt, Server, Target
+from ._lease import Attempt, Server, Target
 from ._names import (
     DEFAULT_NAMESPACE,
     check_name,
@@ -80,13 +80,13 @@ class _Base(Holding):
         self.replica_timeout = check_seconds("replica_timeout", replica_timeout,
                                              allow_zero=False)
         prefix = keys.prefix()
-        triples = [lock_keys(prefix, self.namespace, n) for n in self.names]
-        self._held_keys = [t[0] for t in triples]
-        self._fence_keys = [t[1] for t in triples]
+        per_name = [lock_keys(prefix, self.namespace, n) for n in self.names]
+        self._held_keys = [k[0] for k in per_name]
+        self._fence_keys = [k[1] for k in per_name]
         target = Target(self.label, self.names, self._held_keys, self._fence_keys,
                         connection_names(quorum_names, connection),
                         ms(float(config["FENCING_TTL"])), min_replicas, self.replica_timeout,
-                        [t[2] for t in triples])
+                        [k[2] for k in per_name], [k[3] for k in per_name])
         self._store: Server = Quorum(target) if quorum_names else Server(target)
         self._owner = owner
         self._meta_head: str | None = None
@@ -136,7 +136,7 @@ class _Base(Holding):
                 )
             token = new_token()
             self.token = token  # reserve the instance while the attempt runs
-        return token, _waiting.Waiter(self._held_keys, seconds)
+        return token, _waiting.Waiter(self._store, self._held_keys, seconds)
 
     def _won(self, token: str, attempt: Attempt) -> None:
         self.fencing_tokens = dict(zip(self.names, attempt.fences, strict=True))
@@ -159,7 +159,7 @@ class _Base(Holding):
         try:
             while True:
                 waiter.before_attempt()
-                keys_, args = self._acquire_call(token)
+                keys_, args = waiter.acquire_call(*self._acquire_call(token))
                 attempt = self._store.attempt(token, keys_, args, self.ttl)
                 if attempt.ok:
                     break
@@ -179,7 +179,7 @@ class _Base(Holding):
         token, waiter = self._begin(wait)
         try:
             while True:
-                keys_, args = self._acquire_call(token)
+                keys_, args = waiter.acquire_call(*self._acquire_call(token))
                 attempt = await self._store.aattempt(token, keys_, args, self.ttl)
                 if attempt.ok:
                     break
@@ -206,7 +206,7 @@ class _Base(Holding):
             raise _errors.not_owned(self.label, "release")
         self._stop_heartbeat()
         try:
-            released = self._store.count(RELEASE, [token], "release")
+            released = self._store.release(token)
         finally:
             self.token = None
             _waiting.wakeups.notify(self._held_keys)
@@ -219,7 +219,7 @@ class _Base(Holding):
             raise _errors.not_owned(self.label, "release")
         await self._astop_heartbeat()
         try:
-            released = await self._store.acount(RELEASE, [token], "release")
+            released = await self._store.arelease(token)
         finally:
             self.token = None
         self._after_release(released)

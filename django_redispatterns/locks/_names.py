@@ -45,16 +45,22 @@ def fence_key(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
 
 def wake_key(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """The wake-up list of ``name``: a release pushes onto it, waiters block on it."""
+    return lock_keys(keys.prefix(), namespace, name)[3]
+
+
+def waiting_key(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """The "someone waits" marker of ``name``, set by a waiter's failed attempt."""
     return lock_keys(keys.prefix(), namespace, name)[2]
 
 
 @functools.lru_cache(maxsize=4096)
-def lock_keys(prefix: str, namespace: str, name: str) -> tuple[str, str, str]:
-    """(held, fence, wake) keys of one name; all three share the namespace's hash tag."""
+def lock_keys(prefix: str, namespace: str, name: str) -> tuple[str, str, str, str]:
+    """(held, fence, waiting, wake) keys of one name; all share the namespace's hash tag."""
     # Keyed on the prefix too, so a settings change (override_settings) is honoured.
     part = name_part(name)
     return (keys.make_key("lock", "held", part, tag=namespace),
             keys.make_key("lock", "fence", part, tag=namespace),
+            keys.make_key("lock", "waiting", part, tag=namespace),
             keys.make_key("lock", "wake", part, tag=namespace))
 
 

@@ -29,6 +29,7 @@ class Quorum(Server):
     """The lease of one lock on a majority of independent masters."""
 
     quorum_mode = True
+    wakes_waiters = False  # waiters back off (see the module docstring)
 
     def attempt(self, token: str, keys_: list[str], args: list[Any], ttl: float) -> Attempt:
         clients = self.clients()

@@ -1,8 +1,14 @@
-"""Waiting for a held lock: a bounded, jittered back-off, cut short by wake-ups.
+"""Waiting for a held lock: blocked on the lock's wake-up list, or a bounded back-off.
 
-A release in this process wakes this process's waiters of that key at once. Waiters never
-spin on Redis: between attempts they sleep at most the back-off step, never past their
-deadline or the holder's remaining lease.
+One server (or Cluster): a waiter's failed attempt sets the name's "someone waits" marker
+(in the acquire script), and the holder's release pushes one element onto the name's
+wake-up list (in the release script), so exactly one waiter, in any process, wakes at
+once. The waiter blocks with ``BLPOP`` on a connection of its own (not one of the shared
+pool's), for at most ``MAX_BLOCK``, its deadline or the holder's remaining lease, then
+tries again: a release just before it blocked left the element there (the list lives
+``WAKE_TTL_MS``), and a wake-up that never comes (the holder crashed, the marker expired)
+costs at most one bound. Quorum mode: the jittered back-off, cut short by releases in this
+process (a wake-up list on a minority of masters would promise nothing).
 """
 
 from __future__ import annotations
@@ -11,13 +17,20 @@ import asyncio
 import random
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ._lease import Attempt
+import redis
+import redis.asyncio
+
+from .. import connection
+from ..connection.build import without_resend
+from ._lease import WAITING_MS, Attempt, Server
 
 MIN_DELAY = 0.005  # first back-off step while waiting (seconds)
 MAX_DELAY = 0.2  # back-off cap: a waiter asks Redis at most ~5 times a second
+MAX_BLOCK = 0.2  # longest single BLPOP: a lost wake-up costs at most this long
 
 
 class Wakeups:
@@ -74,40 +87,121 @@ def backoff(attempt: Attempt, delay: float, remaining: float) -> float:
     return max(0.0, min(pause, remaining))
 
 
-class Waiter:
-    """The state of one acquire that may wait: its deadline and its back-off step."""
+# --- the dedicated blocking connections -----------------------------------------------
+# One client per pool of the lock's client (per Cluster node), over a pool of its own with
+# the same connection options, so a blocked waiter never holds a shared pool's connection.
 
-    def __init__(self, held_keys: Sequence[str], wait: float) -> None:
+_blocking: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_blocking_mutex = threading.Lock()
+
+
+def _blocking_client(client: Any, key: str) -> Any:
+    base = client.get_node_from_key(key).redis_connection if connection.is_cluster(
+        client) else client
+    pool = base.connection_pool
+    dedicated = _blocking.get(pool)
+    if dedicated is None:
+        with _blocking_mutex:
+            dedicated = _blocking.get(pool)
+            if dedicated is None:
+                dedicated = _blocking[pool] = without_resend(base)
+    return dedicated
+
+
+def _async_blocking_client(client: Any) -> Any:
+    pool = client.connection_pool
+    if type(pool) is not redis.asyncio.ConnectionPool:  # Sentinel: share the client's pool
+        return client
+    dedicated = _blocking.get(pool)
+    if dedicated is None:
+        own = redis.asyncio.ConnectionPool(connection_class=pool.connection_class,
+                                           max_connections=pool.max_connections,
+                                           **pool.connection_kwargs)
+        dedicated = _blocking[pool] = redis.asyncio.Redis(connection_pool=own)
+    return dedicated
+
+
+def _cap(client: Any) -> float:
+    """MAX_BLOCK, or less when the client's socket timeout would fire first."""
+    timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    return MAX_BLOCK if not timeout else max(0.001, min(MAX_BLOCK, float(timeout) - 0.05))
+
+
+class Waiter:
+    """The state of one acquire that may wait: its deadline and how it waits."""
+
+    def __init__(self, store: Server, held_keys: Sequence[str], wait: float) -> None:
+        self.store = store
         self.held_keys = held_keys
         self.deadline = time.monotonic() + wait
         self.delay = MIN_DELAY
         self.generations: list[int] = []
+        self.blocks = wait > 0 and store.wakes_waiters
+
+    def acquire_call(self, keys_: list[str], args: list[Any]) -> tuple[list[str], list[Any]]:
+        """The acquire script's keys and arguments; a blocking waiter adds its markers."""
+        if not self.blocks:
+            return keys_, args
+        return keys_ + self.store.target.waiting_keys, [*args, WAITING_MS]
 
     def before_attempt(self) -> None:
         """Note the release count of each key, so a release during the attempt is not missed."""
-        self.generations = [wakeups.generation(k) for k in self.held_keys]
+        if not self.blocks:
+            self.generations = [wakeups.generation(k) for k in self.held_keys]
 
-    def _pause(self, attempt: Attempt) -> float | None:
+    def _remaining(self) -> float | None:
         remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            return None
+        return remaining if remaining > 0 else None
+
+    def _pause(self, attempt: Attempt, remaining: float) -> float:
         pause = backoff(attempt, self.delay, remaining)
         self.delay = min(self.delay * 2, MAX_DELAY)
         return pause
 
+    def _bound(self, attempt: Attempt, remaining: float, cap: float) -> float:
+        bound = min(remaining, cap)
+        if attempt.holder_pttl > 0:
+            bound = min(bound, attempt.holder_pttl / 1000 + 0.001)
+        return bound
+
+    def _wake_key(self, attempt: Attempt) -> str:
+        return self.store.target.wake_keys[max(0, attempt.conflict - 1)]
+
     def sleep(self, attempt: Attempt) -> bool:
         """Wait before the next attempt; False when the deadline has passed (give up)."""
-        pause = self._pause(attempt)
-        if pause is None:
+        remaining = self._remaining()
+        if remaining is None:
             return False
         i = max(0, attempt.conflict - 1)
-        wakeups.sleep(self.held_keys[i], pause, self.generations[i] if self.generations else 0)
+        if not self.blocks:
+            wakeups.sleep(self.held_keys[i], self._pause(attempt, remaining),
+                          self.generations[i] if self.generations else 0)
+            return True
+        key = self._wake_key(attempt)
+        try:
+            client = _blocking_client(self.store.clients()[0], key)
+            bound = self._bound(attempt, remaining, _cap(client))
+            if bound >= 0.001:
+                client.blpop([key], timeout=bound)
+        except redis.RedisError:  # never fail while waiting: the next attempt will tell
+            time.sleep(self._pause(attempt, remaining))
         return True
 
     async def asleep(self, attempt: Attempt) -> bool:
-        """Async twin of :meth:`sleep` (back-off only)."""
-        pause = self._pause(attempt)
-        if pause is None:
+        """Async twin of :meth:`sleep` (Cluster: the back-off only)."""
+        remaining = self._remaining()
+        if remaining is None:
             return False
-        await asyncio.sleep(pause)
+        client = self.store.async_clients()[0]
+        if not self.blocks or connection.is_cluster(client):
+            await asyncio.sleep(self._pause(attempt, remaining))
+            return True
+        key = self._wake_key(attempt)
+        try:
+            blocking = _async_blocking_client(client)
+            bound = self._bound(attempt, remaining, _cap(blocking))
+            if bound >= 0.001:
+                await blocking.blpop([key], timeout=bound)
+        except redis.RedisError:
+            await asyncio.sleep(self._pause(attempt, remaining))
         return True
