@@ -1,44 +1,30 @@
 """Lock and MultiLock: leased, owner-checked, fenced locks on one Redis or a Redlock quorum.
 
 This module is the public face only; the parts live below it: :mod:`._names` (keys,
-tokens), :mod:`._lease` (one server) and :mod:`._quorum` (Redlock), :mod:`._waiting`
-(back-off and wake-ups), :mod:`._holding` (heartbeat, extend, lost leases),
-:mod:`._errors`.
+tokens), :mod:`._options` (validated, cached options), :mod:`._lease` (one server) and
+:mod:`._quorum` (Redlock), :mod:`._waiting` (wake-ups and back-off), :mod:`._holding`
+(heartbeat, extend, lost leases), :mod:`._errors`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from .. import keys, signals
-from ..conf import get_config
+from .. import signals
 from ..exceptions import BackendUnavailable, LockNotOwned
-from . import _errors, _waiting
+from . import _errors, _options, _waiting
 from ._holding import Holding
-from ._lease import Attempt, Server, Target
-from ._names import (
-    DEFAULT_NAMESPACE,
-    check_name,
-    check_namespace,
-    check_seconds,
-    connection_names,
-    lock_keys,
-    ms,
-    new_token,
-)
+from ._lease import Attempt, Server
+from ._names import DEFAULT_NAMESPACE, check_name, check_seconds, new_token
 from ._quorum import Quorum
 
 logger = logging.getLogger("django_redispatterns.locks")
-
-_HOST = socket.gethostname()
 
 
 class _Base(Holding):
@@ -59,37 +45,22 @@ class _Base(Holding):
         replica_timeout: float = 0.1,
         max_hold: float | None = None,
     ) -> None:
-        config = get_config().feature("LOCKS")
-        self.names: tuple[str, ...] = tuple(names)
-        self.namespace = check_namespace(namespace)
-        self.ttl = check_seconds("ttl", config["TTL"] if ttl is None else ttl, allow_zero=False)
-        self.wait = check_seconds("wait", wait, allow_zero=True)
-        self.auto_renew = bool(auto_renew)
-        self.max_hold = None if max_hold is None else check_seconds("max_hold", max_hold,
-                                                                   allow_zero=False)
-        if self.max_hold is not None and self.max_hold < self.ttl:
-            raise ValueError(f"max_hold ({self.max_hold:g}s) must be at least the ttl "
-                             f"({self.ttl:g}s)")
+        p = _options.plan(names, ttl, wait, auto_renew, namespace, connection, quorum,
+                          min_replicas, replica_timeout, max_hold)
+        self._plan = p
+        self.names: tuple[str, ...] = p.names
+        self.namespace = p.namespace
+        self.ttl = p.ttl
+        self.wait = p.wait
+        self.auto_renew = p.auto_renew
+        self.max_hold = p.max_hold
+        self.min_replicas = p.min_replicas
+        self.replica_timeout = p.replica_timeout
         self._hold_ends = float("inf")
-        quorum_names = list(config["QUORUM"] if quorum is None else quorum)
-        if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
-            raise ValueError(f"min_replicas must be an int >= 0, got {min_replicas!r}")
-        if min_replicas and quorum_names:
-            raise ValueError("min_replicas and quorum mode do not combine; pick one")
-        self.min_replicas = min_replicas
-        self.replica_timeout = check_seconds("replica_timeout", replica_timeout,
-                                             allow_zero=False)
-        prefix = keys.prefix()
-        per_name = [lock_keys(prefix, self.namespace, n) for n in self.names]
-        self._held_keys = [k[0] for k in per_name]
-        self._fence_keys = [k[1] for k in per_name]
-        target = Target(self.label, self.names, self._held_keys, self._fence_keys,
-                        connection_names(quorum_names, connection),
-                        ms(float(config["FENCING_TTL"])), min_replicas, self.replica_timeout,
-                        [k[2] for k in per_name], [k[3] for k in per_name])
-        self._store: Server = Quorum(target) if quorum_names else Server(target)
+        self._held_keys = p.target.held_keys
+        self._fence_keys = p.target.fence_keys
+        self._store: Server = Quorum(p.target) if p.quorum else Server(p.target)
         self._owner = owner
-        self._meta_head: str | None = None
         self.token: str | None = None
         self.fencing_tokens: dict[str, int] = {}
         self._lost_reason: str | None = None
@@ -109,15 +80,12 @@ class _Base(Holding):
         return f"<{type(self).__name__} {self.label!r} ttl={self.ttl:g}s {state}>"
 
     def _meta(self) -> str:
-        if self._meta_head is None:
-            self._meta_head = json.dumps(
-                {"name": self.label[:200], "host": _HOST, "pid": os.getpid(),
-                 "by": self._owner or ""}, separators=(",", ":"))[:-1]
-        return f'{self._meta_head},"since":{time.time():.3f}}}'
+        head = _options.meta_head(self._plan.label, self._owner or "", os.getpid())
+        return f'{head},"since":{time.time():.3f}}}'
 
     def _acquire_call(self, token: str) -> tuple[list[str], list[Any]]:
         return (self._held_keys + self._fence_keys,
-                [token, ms(self.ttl), self._store.target.fencing_ttl_ms, self._meta()])
+                [token, self._plan.ttl_ms, self._store.target.fencing_ttl_ms, self._meta()])
 
     def owned(self) -> bool:
         """True when Redis still holds this instance's token for every name (one read)."""
