@@ -26,7 +26,7 @@ RELEASE = "lock_release"
 EXTEND = "lock_extend"
 FENCE_FLOOR = "lock_fence_floor"
 WAKE_TTL_MS = 1000  # a wake-up list outlives the release that pushed it by this long
-WAITING_MS = 1000  # a waiter's "someone waits" marker lives this long after its attempt
+WAITING_MS = 2000  # a waiter's "someone waits" marker: longer than its longest block
 
 
 @dataclass

@@ -30,7 +30,7 @@ from ._lease import WAITING_MS, Attempt, Server
 
 MIN_DELAY = 0.005  # first back-off step while waiting (seconds)
 MAX_DELAY = 0.2  # back-off cap: a waiter asks Redis at most ~5 times a second
-MAX_BLOCK = 0.2  # longest single BLPOP: a lost wake-up costs at most this long
+MAX_BLOCK = 1.0  # longest single BLPOP (a waiter keeps its place in the queue that long)
 
 
 class Wakeups:
