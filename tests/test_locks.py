@@ -119,7 +119,7 @@ def test_acquire_and_release_are_one_round_trip_each(
 def test_acquire_retry_with_same_token_succeeds_with_same_fence(
     redis_client: redis.Redis,
 ) -> None:
-    """SPEC D4: a re-sent acquire finds our token in the key and reports success again."""
+    """A re-sent acquire finds our token in the key and reports success again."""
     lock = Lock("d4", ttl=5, auto_renew=False)
     token = "ab" * 16
     keys_, args = lock._acquire_call(token)
@@ -189,7 +189,7 @@ def test_fencing_tokens_strictly_increase_across_4_processes(
 
 
 def test_fencing_keeps_rising_after_the_counter_is_lost(redis_client: redis.Redis) -> None:
-    """SPEC D2: counter expired (or a failover lost it): tokens still rise (server time)."""
+    """Counter expired (or a failover lost it): fencing tokens still rise (server time)."""
     with Lock("fence-loss", ttl=5) as first:
         pass
     redis_client.delete(fence_key("fence-loss"))
