@@ -130,7 +130,9 @@ def test_no_module_imports_its_own_package() -> None:
         f"{name} imports {target}"
         for name, targets in GRAPH.items()
         for target in targets
-        if is_package(target) and name.startswith(target + ".") and target != PACKAGE
+        if is_package(target)
+        and name.startswith(target + ".")
+        and target != PACKAGE
         and target not in PENDING_BACK_IMPORTS
     )
     assert wrong == []
