@@ -485,5 +485,5 @@ def test_async_raising_computer_releases_the_lock_at_once(
         return value, time.monotonic() - started
 
     value, seconds = asyncio.run(run())
-    assert value == "second try" and seconds < 1  # no lease to wait out
+    assert value == "second try" and seconds < 5  # no lease (10 s) to wait out
     assert not list(redis_client.scan_iter(match=f"{PREFIX}:*rp-lock*"))

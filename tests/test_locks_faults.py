@@ -198,7 +198,7 @@ def test_min_replicas_acknowledged_or_rolled_back(redis_server_factory: Any) -> 
         with pytest.raises(BackendUnavailable, match="replicas acknowledged"):
             Lock("unreplicated", ttl=5, min_replicas=1, replica_timeout=0.2,
                  connection=master.url).acquire()
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # not waiting on the paused replica
         assert not master.client().exists(held_key("unreplicated"))  # rolled back by token
     finally:
         replica.resume()
