@@ -204,15 +204,21 @@ def test_text_report(small_server: RedisServer) -> None:
     assert "maxmemory 0 (no limit), maxmemory-policy noeviction (read with CONFIG)" in out
 
 
-@override_settings(REDIS_PATTERNS={"KEY_PREFIX": "rpaudit"})  # on a server of its own
-def test_our_own_ttl_less_keys_are_flagged(small_server: RedisServer) -> None:
-    # A prefix without digits: the audit folds digit-bearing name parts into "*" before it
-    # compares them with KEY_PREFIX, so the suite's own rptest-<run>-gw0 would not match.
-    small_server.client().set("rpaudit:lock:stray", "x")
-    report = audit(small_server.url)
+@pytest.mark.parametrize("prefix", ["rpaudit", "app2", "rptest-1f2e3d-gw0"])
+def test_our_own_ttl_less_keys_are_flagged(small_server: RedisServer, prefix: str) -> None:
+    # Prefixes with digits too: the app's prefix is kept literally in the patterns.
+    client = small_server.client()
+    client.set(f"{prefix}:lock:stray", "x")
+    client.set("app3:lock:stray", "x")  # another app's key, folded like any other
+    try:
+        with override_settings(REDIS_PATTERNS={"KEY_PREFIX": prefix}):
+            report = audit(small_server.url)
+            text = _run(small_server.url)
+    finally:
+        client.delete(f"{prefix}:lock:stray", "app3:lock:stray")
     ours = [g for g in report["no_ttl"]["groups"] if g["ours"]]
-    assert [g["pattern"] for g in ours] == ["rpaudit:lock:stray"]
-    assert "written by django-redispatterns" in _run(small_server.url)
+    assert [g["pattern"] for g in ours] == [f"{prefix}:lock:stray"]
+    assert "written by django-redispatterns" in text
 
 
 def test_bad_options_and_connections_are_command_errors(small_server: RedisServer) -> None:
