@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.csrf import csrf_protect, ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from django_redispatterns.exceptions import BackendUnavailable
@@ -96,6 +96,7 @@ def _back(request: HttpRequest, **query: int) -> HttpResponseRedirect:
 @never_cache
 @login_required
 @require_GET
+@ensure_csrf_cookie  # the forms work without CsrfViewMiddleware too
 def device_list(request: HttpRequest) -> HttpResponse:
     """The page: every live session of the user, this device first and marked."""
     try:
