@@ -38,6 +38,15 @@ for agent in ("Firefox on Linux", "Safari on iPhone", "Chrome on Windows"):
     devices.append(client)
 page = devices[0].get("/sessions/").content.decode()
 assert "this device" in page and "Safari on iPhone" in page and page.count("Sign out</button>") == 2
+assert 'href="/account/devices/"' in page
+listed = devices[0].get("/account/devices/").content.decode()
+assert "all patterns" in listed  # the demo's own layout (its devices_base.html override)
+assert listed.count('class="device') == 3 and listed.count("This device") == 1
+assert "Safari on iPhone" in listed
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django_redispatterns.contrib.devices.admin import logout_everywhere_action
+assert logout_everywhere_action in admin.site._registry[get_user_model()].actions
 done = devices[0].post("/sessions/", {"action": "others"}, follow=True).content.decode()
 assert "Signed out 2 other session(s)." in done, done
 assert b"Sign in" in devices[1].get("/sessions/").content
