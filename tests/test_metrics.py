@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -20,7 +19,6 @@ from django_redispatterns import signals
 from django_redispatterns.exceptions import LockLost
 from django_redispatterns.locks import Lock, held_key
 from django_redispatterns.sessions import logout_everywhere
-from tests.redis_servers import KEY_PREFIX
 from tests.test_cache_support import make_cache
 from tests.urls_idempotency import idem_settings, post, runs
 
@@ -141,14 +139,14 @@ def test_idempotency_outcomes_are_counted(redis_client: redis.Redis) -> None:
         assert post(client, "/charge/", key="m1", data='{"amount": 5}').status_code == 422
         assert post(client, "/charge/", key="bad key\x01").status_code == 400
         # A duplicate while the first is still running: 409.
-        slow = threading.Thread(target=lambda: post(Client(), "/charge/?sleep=2&name=slow",
+        slow = threading.Thread(target=lambda: post(Client(), "/charge/?sleep=4&name=slow",
                                                     key="m2"))
         slow.start()
         deadline = time.monotonic() + 30
         while runs(redis_client, "slow:start") < 1:
             assert time.monotonic() < deadline, "the first request never started"
             time.sleep(0.02)
-        assert post(client, "/charge/?sleep=2&name=slow", key="m2").status_code == 409
+        assert post(client, "/charge/?sleep=4&name=slow", key="m2").status_code == 409
         slow.join(30)
     assert [delta[i] for i in range(5)] == [2, 1, 1, 1, 1]  # stored: m1 and the slow m2
 
@@ -162,25 +160,33 @@ def test_idempotency_missing_key_is_counted() -> None:
 # --- cache ----------------------------------------------------------------------------
 
 
-def test_stampede_waits_and_stale_values_are_observed(redis_client: redis.Redis) -> None:
-    url = f"redis://{redis_client.connection_pool.connection_kwargs['host']}:" \
-          f"{redis_client.connection_pool.connection_kwargs['port']}/0"
-    cache = make_cache(url, STALE_TTL=30, XFETCH_BETA=0)
+def test_stampede_waits_and_stale_values_are_observed(redis_url: str) -> None:
+    cache = make_cache(redis_url, STALE_TTL=30, XFETCH_BETA=0)
     wait = "redispatterns_cache_stampede_wait_seconds_count"
     with Delta((wait, {"outcome": "value"}),
                ("redispatterns_cache_stale_served_total", {})) as delta:
+        # Each computation says when it started, then takes 3 s: the second caller,
+        # asking right after the start, finds it running (however slow the machine).
+        started = threading.Event()
+
+        def slow(result: str) -> Any:
+            started.set()
+            time.sleep(3)
+            return result
+
         computing = threading.Thread(target=lambda: cache.get_or_set(
-            "metrics-hot", lambda: time.sleep(1.0) or "hot", 60))
+            "metrics-hot", lambda: slow("hot"), 60))
         computing.start()
-        time.sleep(0.3)
+        assert started.wait(30)
         assert cache.get_or_set("metrics-hot", lambda: "mine", 60) == "hot"  # waited
         computing.join(30)
         cache.get_or_set("metrics-swr", lambda: "old", 0.5)
-        time.sleep(0.7)
+        time.sleep(0.7)  # expired, still within STALE_TTL
+        started.clear()
         recompute = threading.Thread(target=lambda: cache.get_or_set(
-            "metrics-swr", lambda: time.sleep(1.0) or "new", 60))
+            "metrics-swr", lambda: slow("new"), 60))
         recompute.start()
-        time.sleep(0.3)
+        assert started.wait(30)
         assert cache.get_or_set("metrics-swr", lambda: "x", 60) == "old"  # stale, served
         recompute.join(30)
     assert delta[0] == 1 and delta[1] == 1
@@ -197,7 +203,8 @@ def test_lock_acquires_waits_and_losses_are_counted(redis_client: redis.Redis) -
         holder = Lock("metrics-lock", ttl=10, auto_renew=False)
         assert holder.acquire()
         assert not Lock("metrics-lock", ttl=10).acquire(wait=0.3)  # waited, timed out
-        releaser = threading.Timer(0.3, holder.release)
+        # Released 2 s after the next line starts waiting for it.
+        releaser = threading.Timer(2.0, holder.release)
         releaser.start()
         waiter = Lock("metrics-lock", ttl=10, auto_renew=False)
         assert waiter.acquire(wait=20)  # waited, then got it

@@ -13,6 +13,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
+
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect

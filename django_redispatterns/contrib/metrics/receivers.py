@@ -62,7 +62,7 @@ SESSIONS_REVOKED = Counter(
     "Sessions ended by log-out-everywhere or by ending one device.")
 SESSION_REVOCATIONS = Counter(
     "redispatterns_session_revocations",
-    "Revocation calls (logout_everywhere, revoke_session), whatever they ended.")
+    "logout_everywhere calls (whatever they ended) and revoke_session calls that ended one.")
 
 METRICS = (RATELIMIT_DECISIONS, RATELIMIT_UNAVAILABLE, IDEMPOTENCY, CACHE_STALE, CACHE_WAIT,
            CACHE_TAKEOVER, LOCK_ACQUIRED, LOCK_WAIT, LOCK_LOST, LOCK_RENEW_FAILED,
