@@ -23,12 +23,8 @@ from django_redispatterns.contrib.devices.admin import (
 from django_redispatterns.contrib.devices.useragent import parse_user_agent
 from django_redispatterns.sessions import SessionStore, session_handle, user_sessions, user_tag
 from tests.redis_servers import KEY_PREFIX
+from tests.test_sessions_index import MIDDLEWARE, cookie
 
-MIDDLEWARE = [
-    "django_redispatterns.middleware.SessionActivityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-]
 PAGE = "/account/devices/"
 FIREFOX_LINUX = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0"
 SAFARI_IPHONE = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_2 like Mac OS X) AppleWebKit/605.1.15 "
@@ -62,10 +58,6 @@ def device(name: str = "alice", agent: str = FIREFOX_LINUX, **extra: Any) -> Cli
     response = client.post("/login/", {"username": name, "password": f"pw-{name}"})
     assert response.status_code == 200, response.content
     return client
-
-
-def cookie(client: Client) -> str:
-    return client.cookies["sessionid"].value
 
 
 def data_key(user: Any, client_or_key: Client | str) -> str:

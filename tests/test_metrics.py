@@ -169,7 +169,7 @@ def test_stampede_waits_and_stale_values_are_observed(redis_url: str) -> None:
         # asking right after the start, finds it running (however slow the machine).
         started = threading.Event()
 
-        def slow(result: str) -> Any:
+        def slow(result: str) -> str:
             started.set()
             time.sleep(3)
             return result
