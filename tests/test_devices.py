@@ -303,3 +303,27 @@ def test_adding_the_action_keeps_the_projects_own_admin_and_actions() -> None:
     assert type(model_admin) is ProjectUserAdmin
     assert model_admin.actions == [own_action, logout_everywhere_action]
     assert ProjectUserAdmin.actions == [own_action]
+
+
+# --- Redis unreachable ----------------------------------------------------------------
+
+
+def test_the_page_and_the_actions_answer_503_when_the_index_cannot_be_reached(
+        caplog: Any) -> None:
+    """Sessions kept elsewhere (Django's database engine) while the index's Redis is down:
+    the page cannot list, and says so with a 503 instead of an error page."""
+    from tests import settings as base
+
+    down = {**base.REDIS_PATTERNS, "SOCKET_TIMEOUT": 0.5, "SOCKET_CONNECT_TIMEOUT": 0.5,
+            "SESSIONS": {"CONNECTION": "redis://127.0.0.1:1/0"}}
+    with override_settings(SESSION_ENGINE="django.contrib.sessions.backends.db",
+                           MIDDLEWARE=MIDDLEWARE[1:], REDIS_PATTERNS=down):
+        client = Client()
+        client.force_login(make_user())
+        for method, url, data in (("get", PAGE, {}), ("post", f"{PAGE}end/", {"device": "0" * 32}),
+                                  ("post", f"{PAGE}end-others/", {})):
+            response = getattr(client, method)(url, data)
+            assert response.status_code == 503, url
+            assert response["Retry-After"] == "5"
+            assert "cannot be listed or signed out right now" in response.content.decode()
+    assert "session store unavailable" in caplog.text
