@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.dispatch import Signal
-from prometheus_client import Counter, Histogram
+
+try:
+    from prometheus_client import Counter, Histogram
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImproperlyConfigured(
+        "django_redispatterns.contrib.metrics needs prometheus-client: "
+        'pip install "django-redispatterns[metrics]"') from exc
 
 from django_redispatterns import signals
 
