@@ -116,6 +116,11 @@ class _Base(Holding):
         signals.lock_acquired.send(type(self), name=self.label, token=token,
                                    fencing_token=self._fence_value())
 
+    def _report_wait(self, waiter: _waiting.Waiter, *, acquired: bool) -> None:
+        if signals.lock_waited.receivers:  # sent only when listened to (hot path)
+            signals.lock_waited.send(type(self), name=self.label, acquired=acquired,
+                                     seconds=time.monotonic() - waiter.started)
+
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds (default: the ``wait`` given).
 
@@ -133,11 +138,14 @@ class _Base(Holding):
                     break
                 if not waiter.sleep(attempt):
                     self.token = None
+                    self._report_wait(waiter, acquired=False)
                     return False
         except BaseException:
             self.token = None
             raise
         self._won(token, attempt)
+        if waiter.slept:
+            self._report_wait(waiter, acquired=True)
         if self.auto_renew:
             self._start_heartbeat()
         return True
@@ -153,11 +161,14 @@ class _Base(Holding):
                     break
                 if not await waiter.asleep(attempt):
                     self.token = None
+                    self._report_wait(waiter, acquired=False)
                     return False
         except BaseException:
             self.token = None
             raise
         self._won(token, attempt)
+        if waiter.slept:
+            self._report_wait(waiter, acquired=True)
         if self.auto_renew:
             self._start_aheartbeat()
         return True

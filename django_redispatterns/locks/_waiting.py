@@ -133,7 +133,9 @@ class Waiter:
     def __init__(self, store: Server, held_keys: Sequence[str], wait: float) -> None:
         self.store = store
         self.held_keys = held_keys
-        self.deadline = time.monotonic() + wait
+        self.started = time.monotonic()
+        self.deadline = self.started + wait
+        self.slept = False  # at least one wait: the lock was held when asked
         self.delay = MIN_DELAY
         self.generations: list[int] = []
         self.blocks = wait > 0 and store.wakes_waiters
@@ -151,7 +153,10 @@ class Waiter:
 
     def _remaining(self) -> float | None:
         remaining = self.deadline - time.monotonic()
-        return remaining if remaining > 0 else None
+        if remaining <= 0:
+            return None
+        self.slept = True
+        return remaining
 
     def _pause(self, attempt: Attempt, remaining: float) -> float:
         pause = backoff(attempt, self.delay, remaining)
