@@ -46,26 +46,19 @@ def _cycle_factory(contender: str, name: str) -> Any:
         value = int(raw.get(counter) or 0)
         raw.set(counter, value + 1, px=600_000)
 
-    if contender == CONTENDERS[0]:
-        def ours() -> float:
-            lock = Lock(name, ttl=10, wait=30)
-            started = time.perf_counter()
-            lock.acquire()
-            waited = time.perf_counter() - started
-            body()
-            lock.release()
-            return waited
-        return ours
-
-    def theirs() -> float:
-        lock = redis_lock.Lock(raw, f"{KEY_PREFIX}:bench:wakeup:{name}:prl", expire=10)
+    def timed(lock: Any) -> float:
+        """One cycle; returns how long acquiring took."""
         started = time.perf_counter()
         lock.acquire()
         waited = time.perf_counter() - started
         body()
         lock.release()
         return waited
-    return theirs
+
+    if contender == CONTENDERS[0]:
+        return lambda: timed(Lock(name, ttl=10, wait=30))
+    return lambda: timed(redis_lock.Lock(raw, f"{KEY_PREFIX}:bench:wakeup:{name}:prl",
+                                         expire=10))
 
 
 def _threads(contender: str, name: str, threads: int, start: Any) -> list[float]:

@@ -21,6 +21,7 @@ from django_redispatterns import connection
 from django_redispatterns.locks import Lock, MultiLock, _names, _waiting, held_key
 from tests import lock_workers
 from tests.redis_servers import KEY_PREFIX
+from tests.test_locks import wait_until
 
 LONG_BLOCK = 60.0
 IN_TIME = 15.0  # generous on a loaded machine, far below LONG_BLOCK
@@ -42,15 +43,6 @@ def _waiter(name: str, results: list[float], **kwargs: Any) -> threading.Thread:
     return threading.Thread(target=run)
 
 
-def _until(predicate: Any, timeout: float = IN_TIME) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
-
-
 def test_a_waiter_in_another_process_is_woken_by_the_release(
     redis_client: redis.Redis, redis_url: str,
 ) -> None:
@@ -64,7 +56,7 @@ def test_a_waiter_in_another_process_is_woken_by_the_release(
     try:
         assert parent_end.poll(60) and parent_end.recv() == "waiting"
         # The child's first attempt failed; give it time to block on the wake-up list.
-        assert _until(lambda: redis_client.exists(_names.waiting_key("wakeup")) == 1)
+        assert wait_until(lambda: redis_client.exists(_names.waiting_key("wakeup")) == 1, IN_TIME)
         time.sleep(0.3)
         holder.release()
         assert parent_end.poll(IN_TIME), "the waiter was not woken by the release"
@@ -162,7 +154,7 @@ def test_every_wake_up_key_has_a_ttl(redis_client: redis.Redis, long_block: None
     threads = [_waiter("ttl-check", waited) for _ in range(3)]
     for t in threads:
         t.start()
-    assert _until(lambda: redis_client.exists(_names.waiting_key("ttl-check")) == 1)
+    assert wait_until(lambda: redis_client.exists(_names.waiting_key("ttl-check")) == 1, IN_TIME)
     time.sleep(0.3)
     holder.release()
     for t in threads:
