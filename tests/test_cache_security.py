@@ -9,7 +9,7 @@ import datetime
 import decimal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +24,8 @@ from django_redispatterns.cache import (
 )
 from django_redispatterns.exceptions import MissingTTLError, RedisPatternsError
 from django_redispatterns.locks import Lock
-from tests.redis_servers import KEY_PREFIX
+from tests.redis_servers import KEY_PREFIX, RedisServer
+from tests.test_cache import commands, diff
 from tests.test_cache_support import PREFIX, make_cache, ttl_less_keys
 
 
@@ -139,3 +140,162 @@ def test_cached_async_functions_key_by_identity_too(cache: Any) -> None:
         assert await lookup.ainvalidate(1) is True  # type: ignore[attr-defined]
 
     asyncio.run(run())
+
+
+# --- clear() / delete_pattern() only delete provably own keys ---------------------------
+
+
+def key_ignoring_prefix(key: str, key_prefix: str, version: int) -> str:
+    return f"{version}:{key}"
+
+
+def key_ignoring_version(key: str, key_prefix: str, version: int) -> str:
+    return f"{key_prefix}:{key}"
+
+
+def key_with_prefix_last(key: str, key_prefix: str, version: int) -> str:
+    return f"{key}:{version}:{key_prefix}"
+
+
+@pytest.mark.parametrize("key_function", [key_ignoring_prefix, key_ignoring_version,
+                                          key_with_prefix_last])
+def test_clear_refuses_a_key_function_that_does_not_scope_keys(
+        redis_url: str, redis_client: redis.Redis, key_function: Any) -> None:
+    backend = make_cache(redis_url)
+    backend.key_func = key_function
+    others = {f"{KEY_PREFIX}:sessions:abc": b"session",
+              f"{KEY_PREFIX}:lock:{{locks}}:fence:x": b"7",
+              f"{PREFIX}:1:another-cache": b"other"}
+    for name, value in others.items():
+        redis_client.set(name, value, ex=60)
+    backend.set("mine", 1, 60)
+    try:
+        with pytest.raises(UnscopedKeysError) as info:
+            backend.clear()
+        assert "clear() refused, nothing deleted" in str(info.value)
+        with pytest.raises(UnscopedKeysError):
+            asyncio.run(backend.aclear())
+        with pytest.raises(UnscopedKeysError):
+            backend.delete_pattern("*")
+        for name, value in others.items():
+            assert redis_client.get(name) == value, name
+        assert backend.get("mine") == 1
+    finally:
+        redis_client.delete(*others, backend.make_key("mine"))
+
+
+def test_clear_with_the_default_key_function_still_runs(
+        redis_url: str, redis_client: redis.Redis) -> None:
+    backend = make_cache(redis_url)
+    backend.set("mine", 1, 60)
+    redis_client.set(f"{KEY_PREFIX}:sessions:abc", b"session", ex=60)
+    backend.clear()
+    assert backend.get("mine") is None
+    assert redis_client.get(f"{KEY_PREFIX}:sessions:abc") == b"session"
+    redis_client.delete(f"{KEY_PREFIX}:sessions:abc")
+
+
+# --- TTL through inherited writers ------------------------------------------------------
+
+
+def test_inherited_writers_give_every_key_a_ttl(cache: Any, redis_client: redis.Redis) -> None:
+    def ttl(key: str) -> int:
+        return int(redis_client.pttl(cache.make_key(key)))
+
+    assert cache.sadd("s1", "a", "b") == 2
+    assert cache.sadd("s2", "b", "c", timeout=20) == 2
+    assert cache.smembers("s1") == {"a", "b"}
+    assert 0 < ttl("s1") <= 300_000 and 0 < ttl("s2") <= 20_000
+    assert cache.sdiffstore("diff", "s1", "s2") == 1
+    assert cache.sinterstore("inter", "s1", "s2", timeout=30) == 1
+    assert cache.sunionstore("union", "s1", "s2") == 3
+    assert cache.smove("s1", "moved", "a") is True
+    assert cache.smembers("moved") == {"a"}
+    assert cache.hset("h", "f", {"v": 1}) == 1
+    assert cache.hset("h2", mapping={"a": 1, "b": 2}, timeout=40) == 2
+    assert cache.hexists("h", "f") and cache.hlen("h2") == 2
+    assert cache.zadd("z", {"m": 1.0, "n": 2.0}) == 2
+    assert cache.zincrby("z2", 2.5, "m") == 2.5
+    assert cache.zscore("z", "n") == 2.0
+    for key in ("diff", "inter", "union", "moved", "h", "h2", "z", "z2"):
+        assert 0 < ttl(key) <= 300_000, key
+    assert ttl("inter") <= 30_000 and ttl("h2") <= 40_000
+    with pytest.raises(MissingTTLError):
+        cache.sadd("s3", "x", timeout=None)
+    with pytest.raises(MissingTTLError):
+        cache.hset("h3", "f", 1, timeout=None)
+    assert not cache.has_key("s3") and not cache.has_key("h3")
+
+
+def test_inherited_writer_and_its_ttl_are_one_transaction(
+        redis_server_factory: Callable[..., RedisServer]) -> None:
+    server = redis_server_factory()
+    probe = server.client()
+    backend = make_cache(server.url)
+    backend.sadd("warm", "x")
+    before = commands(probe)
+    backend.sadd("one-trip", "x")
+    assert diff(before, commands(probe)) == {"multi": 1, "sadd": 1, "pexpire": 1, "exec": 1}
+    assert 0 < probe.pttl(backend.make_key("one-trip")) <= 300_000
+
+
+def test_allow_no_ttl_lets_inherited_writers_keep_keys(
+        redis_url: str, redis_client: redis.Redis) -> None:
+    backend = make_cache(redis_url, ALLOW_NO_TTL=True)
+    try:
+        assert backend.sadd("forever", "x", timeout=None) == 1
+        assert redis_client.pttl(backend.make_key("forever")) == -1
+        assert backend.sadd("default", "x") == 1
+        assert 0 < redis_client.pttl(backend.make_key("default")) <= 300_000
+    finally:
+        redis_client.delete(backend.make_key("forever"), backend.make_key("default"))
+
+
+# --- lock() and keys() ------------------------------------------------------------------
+
+
+def test_lock_is_the_leased_fenced_lock(cache: Any) -> None:
+    lock = cache.lock("report", timeout=5)
+    assert isinstance(lock, Lock)
+    assert lock.ttl == 5
+    assert lock.acquire(blocking=False)
+    assert lock.fencing_token is not None
+    other = cache.lock("report", timeout=5, blocking=False)
+    assert other.acquire() is False  # held: no wait, no steal
+    assert other.acquire(False) is False and other.acquire(True, blocking_timeout=0.05) is False
+    lock.release()
+    assert other.acquire(blocking=False)
+    other.release()
+    # Without a timeout the lease is the locks' default, never "forever".
+    default = cache.lock("report-default")
+    assert default.ttl > 0 and default.ttl != float("inf")
+    with pytest.raises(TypeError):
+        cache.lock("report", client=object())
+
+
+def test_lock_of_a_crashed_holder_frees_itself(cache: Any) -> None:
+    holder = cache.lock("crashy", timeout=1)
+    holder.auto_renew = False  # the holder "crashed": nobody renews its lease
+    assert holder.acquire(blocking=False)
+    waiter = cache.lock("crashy", blocking_timeout=20)
+    got = threading.Event()
+    thread = threading.Thread(target=lambda: waiter.acquire() and got.set())
+    thread.start()
+    thread.join(30)
+    assert got.is_set()  # within the generous bound, the lease ended
+    waiter.release()
+
+
+def test_keys_walks_with_scan_not_keys(
+        redis_server_factory: Callable[..., RedisServer]) -> None:
+    server = redis_server_factory()
+    probe = server.client()
+    backend = make_cache(server.url)
+    for i in range(30):
+        backend.set(f"kscan-{i}", i, 30)
+    probe.set("not-ours", 1, ex=30)
+    before = commands(probe)
+    found = backend.keys("kscan-*")
+    sent = diff(before, commands(probe))
+    assert sorted(found) == sorted(f"kscan-{i}" for i in range(30))
+    assert set(sent) == {"scan"}, sent
