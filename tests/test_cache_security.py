@@ -271,12 +271,14 @@ def test_lock_is_the_leased_fenced_lock(cache: Any) -> None:
     assert default.ttl > 0 and default.ttl != float("inf")
     with pytest.raises(TypeError):
         cache.lock("report", client=object())
+    renewed = cache.lock("report-renewed", timeout=5, auto_renew=True)
+    with renewed:
+        assert renewed.auto_renew and renewed.owned()
 
 
 def test_lock_of_a_crashed_holder_frees_itself(cache: Any) -> None:
     holder = cache.lock("crashy", timeout=1)
-    holder.auto_renew = False  # the holder "crashed": nobody renews its lease
-    assert holder.acquire(blocking=False)
+    assert holder.acquire(blocking=False)  # and the holder "crashes": never releases
     waiter = cache.lock("crashy", blocking_timeout=20)
     got = threading.Event()
     thread = threading.Thread(target=lambda: waiter.acquire() and got.set())

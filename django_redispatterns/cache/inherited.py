@@ -64,8 +64,8 @@ class CacheLock(Lock):
     """What ``cache.lock()`` returns: a :class:`~django_redispatterns.locks.Lock` that also
     takes redis-py's ``acquire(blocking, blocking_timeout)`` arguments.
 
-    Its lease ends ``timeout`` seconds after the last renewal (a crashed holder frees the
-    lock once its lease ends), it is renewed while held and it carries a fencing token;
+    Its lease ends ``timeout`` seconds after it was taken or extended (a crashed or hung
+    holder frees the lock once its lease ends) and it carries a fencing token;
     its key is the lock's, not the cache key (``cache.has_key(name)`` stays False).
     """
 
@@ -191,22 +191,25 @@ class InheritedMethods:
 
     def lock(self: Backend, key: Any, version: int | None = None, timeout: float | None = None,
              sleep: float = 0.1, blocking: bool = True, blocking_timeout: float | None = None,
-             client: Any = None, thread_local: bool = True) -> CacheLock:
+             client: Any = None, thread_local: bool = True, *,
+             auto_renew: bool = False) -> CacheLock:
         """A leased, fenced lock named after this cache's key for ``key``.
 
-        ``timeout`` is the lease (default ``REDIS_PATTERNS["LOCKS"]["TTL"]``), renewed while
-        the holder lives; ``blocking``/``blocking_timeout`` set how long ``acquire()`` and
-        ``with`` wait (``blocking=True`` without a timeout: until the lock is free). It
-        lives on the locks' connection (``LOCKS["CONNECTION"]``). ``sleep`` and
-        ``thread_local`` are accepted and unused (waiters are woken, not polling; one
-        instance is one holder whichever thread releases it)."""
+        ``timeout`` is the lease (default ``REDIS_PATTERNS["LOCKS"]["TTL"]``): the lock is
+        free again ``timeout`` seconds after it was taken (or last ``extend()``-ed) even if
+        its holder crashed, hung or forgot it; ``auto_renew=True`` renews it while held
+        instead. ``blocking``/``blocking_timeout`` set how long ``acquire()`` and ``with``
+        wait (``blocking=True`` without a timeout: until the lock is free). It lives on the
+        locks' connection (``LOCKS["CONNECTION"]``). ``sleep`` and ``thread_local`` are
+        accepted and unused (waiters are woken, not polling; one instance is one holder,
+        whichever thread releases it)."""
         if client is not None:
             raise TypeError("cache.lock() takes no client=: the lock lives on the locks' "
                             "connection (REDIS_PATTERNS['LOCKS']['CONNECTION'])")
         wait = 0.0 if not blocking else (
             math.inf if blocking_timeout is None else float(blocking_timeout))
         return CacheLock(str(self.client.make_key(key, version=version)), ttl=timeout,
-                         wait=wait)
+                         wait=wait, auto_renew=auto_renew)
 
     def keys(self: Backend, search: str, version: int | None = None,
              client: Any = None) -> list[Any]:

@@ -18,7 +18,6 @@ and nothing is deleted.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +35,14 @@ def _made(key_func: Callable[..., Any], prefix: str) -> list[str]:
     return [str(key_func(key, prefix, version)) for key, version in _PROBES]
 
 
+def _common_start(texts: list[str]) -> str:
+    first, last = min(texts), max(texts)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
 def problem(key_func: Callable[..., Any], prefix: str) -> str | None:
     """Why the keys of a cache with ``key_func`` and ``prefix`` cannot be told apart from
     other keys by a SCAN pattern, or None when they can."""
@@ -46,12 +53,12 @@ def problem(key_func: Callable[..., Any], prefix: str) -> str | None:
         pattern = str(key_func("*", glob_escape(prefix), VERSION_GLOB))
     except Exception as exc:  # a key function refusing "*": it cannot be scanned for
         return f"KEY_FUNCTION fails on the probe keys ({type(exc).__name__}: {exc})"
-    if _PROBE_PREFIX not in os.path.commonprefix(probe_keys):
+    if _PROBE_PREFIX not in _common_start(probe_keys):
         return ("KEY_FUNCTION does not start every key with the KEY_PREFIX (it drops it "
                 "or puts it after the variable part)")
     if len(one_key) == 1:
         return "KEY_FUNCTION drops the version"
-    literal = os.path.commonprefix(own)
+    literal = _common_start(own)
     if not literal or not pattern.startswith(glob_escape(literal)):
         return (f"the pattern {pattern!r} does not begin with the fixed beginning "
                 f"{literal!r} of this cache's keys")
