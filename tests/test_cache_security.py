@@ -184,6 +184,37 @@ def test_clear_refuses_a_key_function_that_does_not_scope_keys(
         redis_client.delete(*others, backend.make_key("mine"))
 
 
+def test_scope_proof_agrees_with_the_key_function_check() -> None:
+    import hashlib
+
+    from django.core.cache.backends.base import default_key_func
+
+    from django_redispatterns.cache import scope
+
+    def version_first(key: str, key_prefix: str, version: int) -> str:
+        return f"v{version}|{key_prefix}|{key}"
+
+    def hashed_key(key: str, key_prefix: str, version: int) -> str:
+        return f"{key_prefix}:{version}:{hashlib.sha256(key.encode()).hexdigest()}"
+
+    def hashed_all(key: str, key_prefix: str, version: int) -> str:
+        return hashlib.sha256(f"{key_prefix}:{version}:{key}".encode()).hexdigest()
+
+    for prefix in ("app", "", "a*b[c]", "rp-scope-probe"):
+        assert scope.problem(default_key_func, prefix) is None, prefix
+        assert scope.problem(version_first, prefix) is None, prefix
+    assert "does not match" in str(scope.problem(hashed_key, "app"))
+    assert scope.problem(hashed_all, "app") is not None
+    assert "drops the KEY_PREFIX" in str(scope.problem(key_ignoring_prefix, "app"))
+    assert "drops the version" in str(scope.problem(key_ignoring_version, "app"))
+    assert "fixed text" in str(scope.problem(key_with_prefix_last, "app"))
+    # A prefix with glob characters is matched literally.
+    pattern = scope.own_pattern(default_key_func, "a*b[c]", "clear()")
+    assert scope.glob_regex(pattern).fullmatch("a*b[c]:3:k")
+    assert not scope.glob_regex(pattern).fullmatch("aXb[c]:3:k")
+    assert not scope.glob_regex(pattern).fullmatch("a*bc:3:k")
+
+
 def test_clear_with_the_default_key_function_still_runs(
         redis_url: str, redis_client: redis.Redis) -> None:
     backend = make_cache(redis_url)

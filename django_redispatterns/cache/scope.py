@@ -5,12 +5,12 @@ key function that ignores the prefix or the version turns that pattern into ``*`
 into something other caches' keys, sessions and lock counters also match), so before
 deleting anything the cache proves, by probing the key function, that
 
-1. it puts its ``key_prefix`` argument in a fixed beginning shared by every key it makes
-   (checked with a probe prefix no real setting uses, so an empty ``KEY_PREFIX`` proves
-   nothing by accident);
-2. the version changes the key (keys of other versions are not confused with ours);
-3. the pattern begins with that fixed beginning, literally (no glob character in it),
-   and matches the keys the function makes.
+1. its keys carry the ``key_prefix`` argument and the version (checked with a probe
+   prefix no real setting uses, so an empty ``KEY_PREFIX`` proves nothing by accident);
+2. every key of this cache starts with the same fixed text, and the pattern begins with
+   that text literally (no glob character in it);
+3. the pattern matches the keys the function makes for this cache, and none of those it
+   makes for another prefix.
 
 Otherwise :class:`~django_redispatterns.exceptions.UnscopedKeysError` names the problem
 and nothing is deleted.
@@ -46,25 +46,27 @@ def _common_start(texts: list[str]) -> str:
 def problem(key_func: Callable[..., Any], prefix: str) -> str | None:
     """Why the keys of a cache with ``key_func`` and ``prefix`` cannot be told apart from
     other keys by a SCAN pattern, or None when they can."""
+    probe = _PROBE_PREFIX if prefix != _PROBE_PREFIX else _PROBE_PREFIX + "-2"
     try:
-        probe_keys = _made(key_func, _PROBE_PREFIX)
+        probe_keys = _made(key_func, probe)
         own = _made(key_func, prefix)
         one_key = {str(key_func("x", prefix, v)) for v in (1, 2)}
         pattern = str(key_func("*", glob_escape(prefix), VERSION_GLOB))
     except Exception as exc:  # a key function refusing "*": it cannot be scanned for
         return f"KEY_FUNCTION fails on the probe keys ({type(exc).__name__}: {exc})"
-    if _PROBE_PREFIX not in _common_start(probe_keys):
-        return ("KEY_FUNCTION does not start every key with the KEY_PREFIX (it drops it "
-                "or puts it after the variable part)")
+    if not all(probe in k for k in probe_keys):
+        return "KEY_FUNCTION drops the KEY_PREFIX"
     if len(one_key) == 1:
         return "KEY_FUNCTION drops the version"
     literal = _common_start(own)
     if not literal or not pattern.startswith(glob_escape(literal)):
-        return (f"the pattern {pattern!r} does not begin with the fixed beginning "
-                f"{literal!r} of this cache's keys")
+        return (f"the pattern {pattern!r} does not begin with a fixed text that starts "
+                f"every key of this cache (they share only {literal!r})")
     matcher = glob_regex(pattern)
     if not all(matcher.fullmatch(k) for k in own):
         return f"the pattern {pattern!r} does not match the keys KEY_FUNCTION makes"
+    if any(matcher.fullmatch(k) for k in probe_keys):
+        return f"the pattern {pattern!r} also matches keys of other prefixes"
     return None
 
 
