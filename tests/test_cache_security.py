@@ -332,3 +332,52 @@ def test_keys_walks_with_scan_not_keys(
     sent = diff(before, commands(probe))
     assert sorted(found) == sorted(f"kscan-{i}" for i in range(30))
     assert set(sent) == {"scan"}, sent
+
+
+# --- the same on Redis Cluster and when Redis is down -----------------------------------
+
+
+def test_inherited_writers_keys_and_lock_on_cluster(cluster_url: str) -> None:
+    from django.test import override_settings
+
+    from django_redispatterns import connection
+    from tests.test_cluster_cache import cache_settings
+    from tests.topology_fixtures import patterns_settings
+
+    connection.reset_clients()
+    try:
+        with override_settings(CACHES=cache_settings(cluster_url),
+                               REDIS_PATTERNS=patterns_settings("patterns")):
+            cluster = caches["patterns"]
+            raw = cluster.client.get_client(write=True)
+            for i in range(12):  # keys on every master
+                assert cluster.sadd(f"cset-{i}", "a", timeout=60) == 1
+                assert cluster.hset(f"chash-{i}", "f", i) == 1
+                assert cluster.zadd(f"czset-{i}", {"m": 1.0}) == 1
+            for prefix in ("cset", "chash", "czset"):
+                for i in range(12):
+                    assert 0 < raw.pttl(cluster.make_key(f"{prefix}-{i}")) <= 300_000
+            assert sorted(cluster.keys("cset-*")) == sorted(f"cset-{i}" for i in range(12))
+            lock = cluster.lock("cluster-lock", timeout=5)
+            with lock:
+                assert lock.fencing_token is not None
+            cluster.clear()
+            assert cluster.keys("c*") == []
+    finally:
+        connection.reset_clients()
+
+
+def test_inherited_writers_follow_ignore_exceptions(
+        redis_server_factory: Callable[..., RedisServer]) -> None:
+    server = redis_server_factory()
+    quiet = make_cache(server.url, IGNORE_EXCEPTIONS=True, SOCKET_TIMEOUT=1,
+                       SOCKET_CONNECT_TIMEOUT=1)
+    loud = make_cache(server.url, SOCKET_TIMEOUT=1, SOCKET_CONNECT_TIMEOUT=1)
+    server.kill()
+    assert quiet.sadd("s", "x") is None
+    assert quiet.hset("h", "f", 1) is None
+    assert quiet.keys("*") == []
+    with pytest.raises(redis.exceptions.ConnectionError):
+        loud.sadd("s", "x")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        loud.keys("*")
