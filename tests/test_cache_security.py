@@ -9,7 +9,7 @@ import datetime
 import decimal
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,25 +17,19 @@ import redis
 from django.core.cache import caches
 
 from django_redispatterns.cache import (
-    RedisCache,
     UncacheableArgument,
     UnscopedKeysError,
     cached,
 )
 from django_redispatterns.exceptions import MissingTTLError, RedisPatternsError
 from django_redispatterns.locks import Lock
+from tests import test_cache
 from tests.redis_servers import KEY_PREFIX, RedisServer
 from tests.test_cache import commands, diff
-from tests.test_cache_support import PREFIX, make_cache, ttl_less_keys
+from tests.test_cache_support import PREFIX, make_cache
+from tests.test_checks import key_with_prefix_last, key_without_prefix, key_without_version
 
-
-@pytest.fixture
-def cache(redis_client: redis.Redis) -> Iterator[Any]:
-    backend = caches["patterns"]
-    assert isinstance(backend, RedisCache)
-    yield backend
-    assert not ttl_less_keys(redis_client), "every cache key has a TTL"
-
+cache = test_cache.cache  # the backend fixture, with its every-key-has-a-TTL check
 
 # --- @cached keys by identity ----------------------------------------------------------
 
@@ -145,19 +139,7 @@ def test_cached_async_functions_key_by_identity_too(cache: Any) -> None:
 # --- clear() / delete_pattern() only delete provably own keys ---------------------------
 
 
-def key_ignoring_prefix(key: str, key_prefix: str, version: int) -> str:
-    return f"{version}:{key}"
-
-
-def key_ignoring_version(key: str, key_prefix: str, version: int) -> str:
-    return f"{key_prefix}:{key}"
-
-
-def key_with_prefix_last(key: str, key_prefix: str, version: int) -> str:
-    return f"{key}:{version}:{key_prefix}"
-
-
-@pytest.mark.parametrize("key_function", [key_ignoring_prefix, key_ignoring_version,
+@pytest.mark.parametrize("key_function", [key_without_prefix, key_without_version,
                                           key_with_prefix_last])
 def test_clear_refuses_a_key_function_that_does_not_scope_keys(
         redis_url: str, redis_client: redis.Redis, key_function: Any) -> None:
@@ -205,8 +187,8 @@ def test_scope_proof_agrees_with_the_key_function_check() -> None:
         assert scope.problem(version_first, prefix) is None, prefix
     assert "does not match" in str(scope.problem(hashed_key, "app"))
     assert scope.problem(hashed_all, "app") is not None
-    assert "drops the KEY_PREFIX" in str(scope.problem(key_ignoring_prefix, "app"))
-    assert "drops the version" in str(scope.problem(key_ignoring_version, "app"))
+    assert "drops the KEY_PREFIX" in str(scope.problem(key_without_prefix, "app"))
+    assert "drops the version" in str(scope.problem(key_without_version, "app"))
     assert "fixed text" in str(scope.problem(key_with_prefix_last, "app"))
     # A prefix with glob characters is matched literally.
     pattern = scope.own_pattern(default_key_func, "a*b[c]", "clear()")
