@@ -58,6 +58,10 @@ def test_cached_model_arguments_with_equal_str_do_not_share_an_entry(cache: Any)
     again = Permission.objects.get(pk=mine.pk)
     assert secret_of.cache_key(again) == secret_of.cache_key(mine)  # type: ignore[attr-defined]
     assert secret_of.invalidate(mine) and secret_of.invalidate(theirs)  # type: ignore[attr-defined]
+    # The same pk in another database (one database per tenant) is another row.
+    elsewhere = Permission.objects.get(pk=mine.pk)
+    elsewhere._state.db = "tenant-b"
+    assert secret_of.cache_key(elsewhere) != secret_of.cache_key(mine)  # type: ignore[attr-defined]
 
 
 def test_cached_refuses_unsaved_instances_and_unknown_types(cache: Any) -> None:

@@ -4,8 +4,8 @@
 rows with the same display text would share one entry, and whoever can set that text
 could read another row's cached result. Instead every argument is encoded canonically:
 
-* a saved model instance by ``app_label.model_name`` and primary key (an unsaved one has
-  no identity yet and is refused);
+* a saved model instance by ``app_label.model_name``, database alias and primary key (an
+  unsaved one has no identity yet and is refused);
 * ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``Decimal``, ``UUID``,
   ``date``/``datetime``/``time`` and ``tuple``/``list``/``dict``/``set``/``frozenset`` of
   those by a type-tagged, length-prefixed encoding (``1`` and ``"1"`` differ, ``("a,b",)``
@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Model
 
 from ..exceptions import UncacheableArgument
@@ -80,7 +81,12 @@ def _model_identity(instance: Model, where: str) -> bytes:
             f"@cached cannot build a key from {where}: the {type(instance).__qualname__} "
             "instance is not saved (it has no primary key yet)."
         )
-    return instance._meta.label_lower.encode() + encode(instance.pk, where)
+    # The database alias too: with one database per tenant, pk 1 of two databases are
+    # two different rows. (An instance built with a pk but never saved or fetched counts
+    # as the default database's row.)
+    db = instance._state.db or DEFAULT_DB_ALIAS
+    return _framed(b"m", instance._meta.label_lower.encode()) + encode(db) + encode(
+        instance.pk, where)
 
 
 def digest(arguments: dict[str, Any]) -> str:
