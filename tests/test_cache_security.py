@@ -30,6 +30,9 @@ from tests.test_cache_support import PREFIX, make_cache
 from tests.test_checks import key_with_prefix_last, key_without_prefix, key_without_version
 
 cache = test_cache.cache  # the backend fixture, with its every-key-has-a-TTL check
+# django-redis keeps one pool per URL per process, built with the options of the first
+# cache on it: caches of these tests on the shared URL use the settings' socket options.
+SAME_POOL = {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2}
 
 # --- @cached keys by identity ----------------------------------------------------------
 
@@ -147,7 +150,7 @@ def test_cached_async_functions_key_by_identity_too(cache: Any) -> None:
                                           key_with_prefix_last])
 def test_clear_refuses_a_key_function_that_does_not_scope_keys(
         redis_url: str, redis_client: redis.Redis, key_function: Any) -> None:
-    backend = make_cache(redis_url)
+    backend = make_cache(redis_url, **SAME_POOL)
     backend.key_func = key_function
     others = {f"{KEY_PREFIX}:sessions:abc": b"session",
               f"{KEY_PREFIX}:lock:{{locks}}:fence:x": b"7",
@@ -203,7 +206,7 @@ def test_scope_proof_agrees_with_the_key_function_check() -> None:
 
 def test_clear_with_the_default_key_function_still_runs(
         redis_url: str, redis_client: redis.Redis) -> None:
-    backend = make_cache(redis_url)
+    backend = make_cache(redis_url, **SAME_POOL)
     backend.set("mine", 1, 60)
     redis_client.set(f"{KEY_PREFIX}:sessions:abc", b"session", ex=60)
     backend.clear()
@@ -258,7 +261,7 @@ def test_inherited_writer_and_its_ttl_are_one_transaction(
 
 def test_allow_no_ttl_lets_inherited_writers_keep_keys(
         redis_url: str, redis_client: redis.Redis) -> None:
-    backend = make_cache(redis_url, ALLOW_NO_TTL=True)
+    backend = make_cache(redis_url, ALLOW_NO_TTL=True, **SAME_POOL)
     try:
         assert backend.sadd("forever", "x", timeout=None) == 1
         assert redis_client.pttl(backend.make_key("forever")) == -1

@@ -34,8 +34,9 @@ def cached(
       ``key="user:{user_id}"``, ``key="order:{0.pk}"``);
     * a callable taking the same arguments and returning the key;
     * omitted: the function's dotted name plus a digest of the arguments' *identity*
-      (:mod:`.argkey`): saved model instances by model and primary key, plain values by a
-      type-tagged encoding. Positional and keyword spellings of one call share the entry.
+      (:mod:`.argkey`): saved model instances by model, database and primary key, plain
+      values by a type-tagged encoding. Positional and keyword spellings of one call
+      share the entry.
       Any other argument type (and an unsaved model instance) raises
       :class:`~django_redispatterns.exceptions.UncacheableArgument`, a ``TypeError``,
       before the function runs: ``repr()`` is not identity, so two different objects
