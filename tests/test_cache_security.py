@@ -296,6 +296,18 @@ def test_lock_is_the_leased_fenced_lock(cache: Any) -> None:
         assert renewed.auto_renew and renewed.owned()
 
 
+def test_lock_works_in_async_code(cache: Any) -> None:
+    async def run() -> None:
+        async with cache.lock("async-report", timeout=5) as held:
+            assert held.fencing_token is not None
+            assert not await cache.lock("async-report", blocking=False).aacquire()
+        again = cache.lock("async-report", blocking=False)
+        assert await again.aacquire()
+        await again.arelease()
+
+    asyncio.run(run())
+
+
 def test_lock_of_a_crashed_holder_frees_itself(cache: Any) -> None:
     holder = cache.lock("crashy", timeout=1)
     assert holder.acquire(blocking=False)  # and the holder "crashes": never releases
