@@ -34,6 +34,7 @@ from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
 from .codec import MAGIC_LEN, MISSING, Codec, client_class
+from .compat import DjangoContract
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
@@ -43,7 +44,7 @@ from .ttl import TtlPolicy
 T = TypeVar("T")
 
 
-class RedisCache(AsyncMethods, DjangoRedisCache):
+class RedisCache(DjangoContract, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
     OPTIONS (besides every django-redis option): ``ALLOW_NO_TTL`` (False), ``TTL_JITTER``
@@ -99,9 +100,12 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
 
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
                  version: int | None = None, client: Any = None) -> Any:
+        """Django's ``set_many``: returns ``[]``, the keys that failed to insert (one Redis
+        write is all or nothing; with ``IGNORE_EXCEPTIONS`` a failed one is logged)."""
         ttl = self._resolve_ttl(timeout)
         if not self._ttl.jitter or self._shard:
-            return super().set_many(data, ttl, version=version, client=client)
+            super().set_many(data, ttl, version=version, client=client)
+            return []
         try:  # each key its own jitter, still one round trip
             self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
         except REDIS_ERRORS as exc:
