@@ -30,6 +30,7 @@ from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
 from django_redis.client.default import glob_escape
 
+from ..connection.cacheoptions import translate
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
@@ -47,14 +48,25 @@ T = TypeVar("T")
 class RedisCache(DjangoContract, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
-    OPTIONS (besides every django-redis option): ``ALLOW_NO_TTL`` (False), ``TTL_JITTER``
+    OPTIONS: every django-redis option; the Django-style ones of Django's own Redis
+    backend (``db``, ``socket_timeout``, ``pool_class``, ...; mapped to django-redis's,
+    see :mod:`django_redispatterns.connection.cacheoptions`); and ``ALLOW_NO_TTL`` (False),
+    ``TTL_JITTER``
     (0.0, a fraction), ``STALE_TTL`` (0 s), ``XFETCH_BETA`` (1.0; 0 turns it off),
     ``STAMPEDE_LEASE`` (10 s), ``STAMPEDE_WAIT`` (2 x lease), ``CLEAR_FLUSHDB`` (False).
     """
 
+    # Django-style OPTIONS ("db", "socket_timeout", ...) are mapped, not ignored
+    # (connection.cacheoptions); the checks and the connection builders read this flag.
+    DJANGO_STYLE_OPTIONS = True
+    # The OPTIONS it reads besides django-redis's; the checks refuse any other (a subclass
+    # that reads more extends this).
+    OWN_OPTIONS: frozenset[str] = options.OWN_OPTIONS
+
     def __init__(self, server: str, params: dict[str, Any]) -> None:
+        server, opts = translate(server, params.get("OPTIONS", {}))
+        params = {**params, "OPTIONS": opts}
         super().__init__(server, params)
-        opts: dict[str, Any] = params.get("OPTIONS", {})
         own = options.read(opts)
         self._ttl = TtlPolicy(allow_no_ttl=own.allow_no_ttl, jitter=own.jitter)
         self._clear_flushdb = own.clear_flushdb

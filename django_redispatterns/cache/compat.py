@@ -6,6 +6,8 @@
   character) gives a ``CacheKeyWarning``, and a backend's own ``validate_key`` override is
   honoured (:class:`ValidatingKeys`, mixed into the configured django-redis client, whose
   ``make_key`` every key-taking method goes through);
+* Django's ``OPTIONS["serializer"]`` works, as django-redis's ``SERIALIZER``
+  :class:`DjangoSerializer`;
 * ``incr_version``/``decr_version`` move a key whose value is ``None`` too, byte for byte,
   with its remaining TTL to the millisecond, and ``get_backend_timeout`` answers in
   seconds like Django's Redis backend (:class:`DjangoContract`).
@@ -18,8 +20,11 @@ from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, MEMCACHE_MAX_KEY_LENGTH, BaseCache
+from django.utils.module_loading import import_string
 from django_redis.client.default import CacheKey
+from django_redis.serializers.base import BaseSerializer
 
+from ..connection.cacheoptions import DJANGO_SERIALIZER_OPTION
 from .failures import REDIS_ERRORS
 
 T = TypeVar("T")
@@ -111,3 +116,24 @@ class DjangoContract:
                             version: int | None = None) -> Any:
         """:meth:`incr_version` in a thread (Django's default would reset the TTL)."""
         return await sync_to_async(self.incr_version)(key, delta, version)  # type: ignore[misc]
+
+
+class DjangoSerializer(BaseSerializer):
+    """A serializer of Django's Redis backend (``OPTIONS["serializer"]``: a dotted path,
+    a class or an instance with ``dumps``/``loads``) as a django-redis ``SERIALIZER``."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options=options)
+        serializer = options[DJANGO_SERIALIZER_OPTION]
+        if isinstance(serializer, str):
+            serializer = import_string(serializer)
+        if callable(serializer):
+            serializer = serializer()
+        self._serializer = serializer
+
+    def dumps(self, value: Any) -> bytes:
+        data = self._serializer.dumps(value)  # Django's own stores an int as the int
+        return bytes(data) if isinstance(data, (bytes, bytearray)) else str(data).encode()
+
+    def loads(self, value: bytes) -> Any:
+        return self._serializer.loads(value)
