@@ -184,7 +184,7 @@ def _db(option: Any, pool_kwarg: Any) -> int | None:
 
 
 def _put(target: dict[str, Any], name: str, value: Any, given_as: str) -> None:
-    if name in target and target[name] != value:
+    if target.get(name) is not None and target[name] != value:  # None: not set
         raise ConfigurationError(
             f"CACHES OPTIONS[{given_as!r}] ({value!r}) contradicts {name} "
             f"({target[name]!r}); keep one.")
