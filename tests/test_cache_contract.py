@@ -128,3 +128,19 @@ def test_a_backends_own_validate_key_is_honoured(redis_client: redis.Redis,
         cache.set("forbidden", 1, 30)
     cache.set("allowed", 1, 30)
     assert cache.get("allowed") == 1
+
+
+def test_cache_tag_with_timeout_none_is_refused_by_the_ttl_policy(
+        redis_client: redis.Redis) -> None:
+    """By design: every key has a TTL, so ``{% cache None %}`` raises when it renders."""
+    from django.template import engines
+
+    from django_redispatterns.exceptions import MissingTTLError
+
+    template = engines["django"].from_string(
+        '{% load cache %}{% cache None frag using="patterns" %}x{% endcache %}')
+    with pytest.raises(MissingTTLError):
+        template.render({})
+    timed = engines["django"].from_string(
+        '{% load cache %}{% cache 30 frag using="patterns" %}x{% endcache %}')
+    assert timed.render({}) == "x"
