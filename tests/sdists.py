@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.redis_servers import RedisServer
 
 SDIST_DIR = Path(os.environ.get("RP_SDIST_DIR")
                  or Path(__file__).resolve().parent.parent / ".cache" / "sdists")
@@ -36,3 +39,15 @@ def sdist(project: str, version: str) -> Path:
         pytest.skip(f"cannot download the {project} {version} sdist (offline?): "
                     f"{result.stderr[-500:]}")
     return archive
+
+
+def private_server() -> Iterator[RedisServer]:
+    """A redis-server of the calling module's own (for a module fixture): another project's
+    tests use other databases, keys outside our prefixes and whole-server ``clear()``, so
+    never a shared ``REDIS_URL``."""
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()

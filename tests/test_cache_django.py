@@ -30,7 +30,7 @@ import django
 import pytest
 
 from tests.redis_servers import RedisServer
-from tests.sdists import sdist
+from tests.sdists import private_server, sdist
 
 pytestmark = pytest.mark.slow
 
@@ -58,12 +58,7 @@ RUNNER = Path(__file__).with_name("django_cache_runner.py")
 
 @pytest.fixture(scope="module")
 def own_server() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    yield server
-    server.stop()
+    yield from private_server()
 
 
 @pytest.fixture(scope="module")

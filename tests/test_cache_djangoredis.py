@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.redis_servers import RedisServer
-from tests.sdists import sdist
+from tests.sdists import private_server, sdist
 
 pytestmark = pytest.mark.slow
 
@@ -70,14 +70,7 @@ def _rewrite_settings(path: Path, host: str, port: int) -> None:
 
 @pytest.fixture(scope="module")
 def own_server() -> Iterator[RedisServer]:
-    """A server of this module's own: their tests use databases 1 to 13 and keys outside
-    our prefixes, so never a shared ``REDIS_URL``."""
-    try:
-        server = RedisServer()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    yield server
-    server.stop()
+    yield from private_server()
 
 
 @pytest.fixture(scope="module")
