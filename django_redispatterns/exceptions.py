@@ -59,6 +59,16 @@ class UnscopedKeysError(ConfigurationError):
 # --- locks -----------------------------------------------------------------------------
 
 
+class NotAnIntegerError(RedisPatternsError, _redis_exceptions.ResponseError, TypeError):
+    """``incr``/``decr`` of a cache key whose value is not an integer.
+
+    Also a ``TypeError`` (what Django's other cache backends and django-redis raise) and a
+    ``redis.exceptions.ResponseError`` (what Django's own Redis backend raises), so code
+    written for any of them catches it. Not a Redis outage: ``IGNORE_EXCEPTIONS`` does not
+    swallow it.
+    """
+
+
 class LockError(RedisPatternsError):
     """Base class of lock errors."""
 

@@ -32,10 +32,12 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
 
+from ..connection.cacheoptions import translate
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
 from .codec import MAGIC_LEN, MISSING, Codec, client_class
+from .compat import DjangoContract
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
@@ -46,17 +48,28 @@ from .ttl import TtlPolicy
 T = TypeVar("T")
 
 
-class RedisCache(InheritedMethods, AsyncMethods, DjangoRedisCache):
+class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
-    OPTIONS (besides every django-redis option): ``ALLOW_NO_TTL`` (False), ``TTL_JITTER``
+    OPTIONS: every django-redis option; the Django-style ones of Django's own Redis
+    backend (``db``, ``socket_timeout``, ``pool_class``, ...; mapped to django-redis's,
+    see :mod:`django_redispatterns.connection.cacheoptions`); and ``ALLOW_NO_TTL`` (False),
+    ``TTL_JITTER``
     (0.0, a fraction), ``STALE_TTL`` (0 s), ``XFETCH_BETA`` (1.0; 0 turns it off),
     ``STAMPEDE_LEASE`` (10 s), ``STAMPEDE_WAIT`` (2 x lease), ``CLEAR_FLUSHDB`` (False).
     """
 
+    # Django-style OPTIONS ("db", "socket_timeout", ...) are mapped, not ignored
+    # (connection.cacheoptions); the checks and the connection builders read this flag.
+    DJANGO_STYLE_OPTIONS = True
+    # The OPTIONS it reads besides django-redis's; the checks refuse any other (a subclass
+    # that reads more extends this).
+    OWN_OPTIONS: frozenset[str] = options.OWN_OPTIONS
+
     def __init__(self, server: str, params: dict[str, Any]) -> None:
+        server, opts = translate(server, params.get("OPTIONS", {}))
+        params = {**params, "OPTIONS": opts}
         super().__init__(server, params)
-        opts: dict[str, Any] = params.get("OPTIONS", {})
         own = options.read(opts)
         self._ttl = TtlPolicy(allow_no_ttl=own.allow_no_ttl, jitter=own.jitter)
         self._clear_flushdb = own.clear_flushdb
@@ -102,9 +115,12 @@ class RedisCache(InheritedMethods, AsyncMethods, DjangoRedisCache):
 
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
                  version: int | None = None, client: Any = None) -> Any:
+        """Django's ``set_many``: returns ``[]``, the keys that failed to insert (one Redis
+        write is all or nothing; with ``IGNORE_EXCEPTIONS`` a failed one is logged)."""
         ttl = self._resolve_ttl(timeout)
         if not self._ttl.jitter or self._shard:
-            return super().set_many(data, ttl, version=version, client=client)
+            super().set_many(data, ttl, version=version, client=client)
+            return []
         try:  # each key its own jitter, still one round trip
             self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
         except REDIS_ERRORS as exc:
