@@ -19,6 +19,7 @@ import pytest
 
 from tests import matrix_calls, matrix_http  # noqa: F401 - they register the entry points
 from tests.matrix_faults import ENTRIES, FAULTS, Cell, Servers
+from tests.redis_servers import own_keys_without_ttl
 
 pytestmark = [pytest.mark.topology, pytest.mark.django_db]
 
@@ -52,15 +53,23 @@ def servers() -> Iterator[Servers]:
     except RuntimeError as exc:
         pytest.skip(str(exc))
     yield started
-    started.stop()
+    try:
+        for fault, server in started.by_fault.items():  # house rule: every key has a TTL
+            eternal = own_keys_without_ttl(server.client())
+            assert not eternal, f"{fault}: keys written without a TTL: {eternal[:10]}"
+    finally:
+        started.stop()
 
 
 @pytest.mark.parametrize(("name", "fault"), cells())
 def test_cell(servers: Servers, name: str, fault: str) -> None:
-    feature, run = ENTRIES[name]
+    _feature, run = ENTRIES[name]
     run(Cell(fault, servers))
 
 
+# The page's table (its "### " heading) for each feature's entry points.
+TABLES = {"ratelimit": "Rate limits", "idempotency": "Idempotency", "sessions": "Sessions",
+          "cache": "Cache", "locks": "Locks", "commands": "Operator commands and deploy checks"}
 # A cell ends with its test id in small code text: <small>`ratelimit_middleware-hung`</small>
 CELL_ID = re.compile(r"<small>`([a-z_]+-[a-z_]+)`</small>")
 
@@ -68,11 +77,18 @@ CELL_ID = re.compile(r"<small>`([a-z_]+-[a-z_]+)`</small>")
 def test_the_failure_modes_page_lists_every_cell_and_only_those() -> None:
     """docs/failure-modes.md names each cell's test id once; no cell lacks one, no id
     names a cell that does not exist."""
-    named = CELL_ID.findall(PAGE.read_text())
+    named: list[str] = []
+    misplaced = []
+    for section in re.split(r"^### ", PAGE.read_text(), flags=re.MULTILINE)[1:]:
+        heading, cells_here = section.split("\n", 1)[0].strip(), CELL_ID.findall(section)
+        named += cells_here
+        misplaced += [cell for cell in cells_here if cell.rsplit("-", 1)[0] in ENTRIES
+                      and TABLES[ENTRIES[cell.rsplit("-", 1)[0]][0]] != heading]
     expected = {f"{name}-{fault}" for name in ENTRIES for fault in FAULTS}
     missing = sorted(expected - set(named))
     unknown = sorted(set(named) - expected)
     twice = sorted({cell for cell in named if named.count(cell) > 1})
-    assert (missing, unknown, twice) == ([], [], []), (
+    assert (missing, unknown, twice, misplaced) == ([], [], [], []), (
         f"cells the page does not state: {missing}; cells it states but no test runs: "
-        f"{unknown}; cells it states twice: {twice}")
+        f"{unknown}; cells it states twice: {twice}; in another feature's table: "
+        f"{misplaced}")
