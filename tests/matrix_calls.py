@@ -271,6 +271,31 @@ def lock_release(cell: Cell) -> None:
         raised(outcome, BackendUnavailable)  # the lease then ends by its TTL
 
 
+@entry("lock_aacquire", "locks")
+def lock_aacquire(cell: Cell) -> None:
+    with app_on(cell.server):
+        lock = Lock("matrix-aacquire", ttl=5, auto_renew=False)
+        outcome = cell.during(lambda: asyncio.run(lock.aacquire()))
+        if cell.healthy_answer:
+            assert returned(outcome) is True and isinstance(lock.fencing_token, int)
+            lock.release()
+            return
+        raised(outcome, BackendUnavailable)
+
+
+@entry("lock_arelease", "locks")
+def lock_arelease(cell: Cell) -> None:
+    with app_on(cell.server):
+        lock = Lock("matrix-arelease", ttl=5, auto_renew=False)
+        assert lock.acquire()
+        outcome = cell.during(lambda: asyncio.run(lock.arelease()))
+        if cell.fault in ("oom", "noscript"):
+            returned(outcome)
+            assert Lock("matrix-arelease", ttl=5).acquire(wait=0)
+            return
+        raised(outcome, BackendUnavailable)
+
+
 @locked("matrix-locked", ttl=5)
 def locked_job() -> str:
     RUNS["locked"] += 1

@@ -21,8 +21,14 @@ SESSIONS = [
 JSON = {"Accept": "application/json"}
 
 
-def get(path: str, client: Client | None = None, **headers: str) -> Any:
-    return (client or Client(raise_request_exception=False)).get(path, headers=headers or JSON)
+# Sync rows that share a view (fail open and fail closed) count apart: another client
+# address (async rows use views and rules of their own).
+OPEN_IP, CLOSED_IP = "192.0.2.1", "192.0.2.2"
+
+
+def get(path: str, client: Client | None = None, ip: str = OPEN_IP, **headers: str) -> Any:
+    client = client or Client(raise_request_exception=False, REMOTE_ADDR=ip)
+    return client.get(path, headers=headers or JSON)
 
 
 def aget(path: str, client: AsyncClient | None = None, **headers: str) -> Any:
@@ -33,10 +39,10 @@ def aget(path: str, client: AsyncClient | None = None, **headers: str) -> Any:
 # --- rate limits: fail open, an undecided decision, no header claiming a count ---------
 
 
-def _rule(path: str) -> dict[str, Any]:
+def _rule(path: str, name: str | None = None) -> dict[str, Any]:
     return {"RATELIMIT": {"RULES": [{"path": f"^/{path}/", "rate": urls_matrix.RATE,
                                      "key": "ip", "algorithm": "fixed_window",
-                                     "name": path}]}}
+                                     "name": name or path}]}}
 
 
 def _check_rate_limited(cell: Cell, send: Any) -> None:
@@ -53,11 +59,27 @@ def _check_rate_limited(cell: Cell, send: Any) -> None:
     assert "RateLimit" not in response  # no invented count (RateLimit-Policy only)
 
 
+def _check_fail_closed(cell: Cell, send: Any) -> None:
+    """``FAIL_OPEN = False``: 503 + ``Retry-After: 1`` where Redis cannot decide."""
+    assert send().json()["decided"] is True
+    response = returned(cell.during(send))
+    if cell.healthy_answer:
+        assert response.status_code == 200 and response.json()["remaining"] == 998
+        return
+    assert response.status_code == 503, response.content  # never a 500
+    assert response["Retry-After"] == "1"
+    assert "RateLimit" not in response
+
+
 def _http(cell: Cell, middleware: list[str], path: str, asynchronous: bool,
-          **patterns: Any) -> None:
+          fail_open: bool = True, **patterns: Any) -> None:
+    if not fail_open:
+        patterns = {"RATELIMIT": {**patterns.get("RATELIMIT", {}), "FAIL_OPEN": False}}
     with app_on(cell.server, [*middleware, *MIDDLEWARE_BASE], **patterns):
-        _check_rate_limited(
-            cell, (lambda: aget(f"/{path}/")) if asynchronous else (lambda: get(f"/{path}/")))
+        ip = OPEN_IP if fail_open else CLOSED_IP
+        send = ((lambda: aget(f"/{path}/")) if asynchronous
+                else (lambda: get(f"/{path}/", ip=ip)))
+        (_check_rate_limited if fail_open else _check_fail_closed)(cell, send)
 
 
 @entry("ratelimit_middleware", "ratelimit")
@@ -80,22 +102,58 @@ def ratelimit_decorator_async(cell: Cell) -> None:
     _http(cell, [], "rl-dec-async", True)
 
 
-@entry("drf_throttle", "ratelimit")
-def drf_throttle(cell: Cell) -> None:
+@entry("ratelimit_middleware_fail_closed", "ratelimit")
+def ratelimit_middleware_fail_closed(cell: Cell) -> None:
+    _http(cell, [RATELIMIT_MW], "rl-mw", False, False, **_rule("rl-mw"))
+
+
+@entry("ratelimit_middleware_async_fail_closed", "ratelimit")
+def ratelimit_middleware_async_fail_closed(cell: Cell) -> None:
+    _http(cell, [RATELIMIT_MW], "rl-mw-async", True, False,
+          **_rule("rl-mw-async", "rl-mw-async-closed"))
+
+
+@entry("ratelimit_decorator_fail_closed", "ratelimit")
+def ratelimit_decorator_fail_closed(cell: Cell) -> None:
+    _http(cell, [], "rl-dec", False, False)
+
+
+@entry("ratelimit_decorator_async_fail_closed", "ratelimit")
+def ratelimit_decorator_async_fail_closed(cell: Cell) -> None:
+    _http(cell, [], "rl-dec-async-closed", True, False)
+
+
+def _drf(cell: Cell, fail_open: bool) -> None:
     from rest_framework.settings import api_settings
 
     api_settings.reload()
     try:
-        with app_on(cell.server):
-            send = lambda: get("/drf/")  # noqa: E731
+        with app_on(cell.server, RATELIMIT={"FAIL_OPEN": fail_open}):
+            send = lambda: get("/drf/", ip=OPEN_IP if fail_open else CLOSED_IP)  # noqa: E731
             assert send().json()["decided"] is True
             response = returned(cell.during(send))
-            assert response.status_code == 200, response.content
-            expected = ({"decided": True, "remaining": 998} if cell.healthy_answer
-                        else {"decided": False, "remaining": None})
-            assert response.json() == expected
+            if cell.healthy_answer:
+                assert response.status_code == 200
+                assert response.json() == {"decided": True, "remaining": 998}
+            elif fail_open:
+                assert response.status_code == 200, response.content
+                assert response.json() == {"decided": False, "remaining": None}
+            else:
+                assert response.status_code == 503, response.content
+                assert response["Retry-After"] == "1"
+                assert response.json()["detail"]
     finally:
         api_settings.reload()
+
+
+@entry("drf_throttle", "ratelimit")
+def drf_throttle(cell: Cell) -> None:
+    _drf(cell, fail_open=True)
+
+
+@entry("drf_throttle_fail_closed", "ratelimit")
+def drf_throttle_fail_closed(cell: Cell) -> None:
+    _drf(cell, fail_open=False)
 
 
 # --- idempotency: fail closed, 503 + Retry-After, the view does not run ---------------
@@ -134,6 +192,28 @@ def idempotency_middleware(cell: Cell) -> None:
 @entry("idempotency_middleware_async", "idempotency")
 def idempotency_middleware_async(cell: Cell) -> None:
     _idempotent(cell, [IDEMPOTENCY_MW], "idem-mw-async", "acharge", True)
+
+
+@entry("idempotency_replay", "idempotency")
+def idempotency_replay(cell: Cell) -> None:
+    """A retry of a request that already ran: the stored answer is a read."""
+    def post() -> Any:
+        return Client(raise_request_exception=False).post(
+            "/idem-mw/", headers={"Idempotency-Key": "replay-me", **JSON})
+
+    with app_on(cell.server, [*MIDDLEWARE_BASE, IDEMPOTENCY_MW]):
+        first = post()
+        assert first.status_code == 201
+        ran = urls_matrix.RUNS["charge"]
+        response = returned(cell.during(post))
+        assert urls_matrix.RUNS["charge"] == ran  # never a second run
+        if cell.down:
+            assert response.status_code == 503 and int(response["Retry-After"]) >= 1
+            return
+        # served by a full Redis or a replica too: the same answer, byte for byte
+        assert response.status_code == 201, response.content
+        assert response["Idempotent-Replayed"] == "true"
+        assert response.content == first.content
 
 
 @entry("idempotent_decorator", "idempotency")

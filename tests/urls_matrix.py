@@ -56,6 +56,11 @@ async def alimited(request: HttpRequest) -> HttpResponse:
     return _decision(request)
 
 
+@ratelimit(RATE, key="ip", algorithm="fixed_window", group="matrix-adec-closed")
+async def alimited_closed(request: HttpRequest) -> HttpResponse:
+    return _decision(request)
+
+
 class Throttle(RedisRateThrottle):
     scope = "matrix"
     rate = RATE
@@ -108,6 +113,7 @@ urlpatterns = [
     path("rl-mw-async/", aplain),
     path("rl-dec/", limited),
     path("rl-dec-async/", alimited),
+    path("rl-dec-async-closed/", alimited_closed),
     path("drf/", Throttled.as_view()),
     path("idem-mw/", charge),
     path("idem-mw-async/", acharge),
