@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from django.core.cache import caches
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -188,25 +189,48 @@ CACHE_METHODS["get_or_set"] = (
     lambda c, a: _sync_or_async(c, a, "get_or_set", "fresh", _compute, 60), check_get_or_set)
 
 
-def _cache_entry(method: str, asynchronous: bool) -> None:
+# Without IGNORE_EXCEPTIONS: where Redis cannot serve the call, the redis-py error.
+STRICT_ERRORS = {"refused": redis.ConnectionError, "hung": redis.TimeoutError,
+                 "oom": redis.exceptions.OutOfMemoryError,
+                 "readonly": redis.exceptions.ReadOnlyError}
+SERVED_WHEN_FULL = {"get", "get_many", "delete", "touch", "clear"}
+SERVED_BY_A_REPLICA = {"get", "get_many"}
+
+
+def _strict(method: str, check: Any) -> Any:
+    def strict_check(cell: Cell, cache: Any, outcome: Any) -> None:
+        if (cell.healthy_answer or (cell.fault == "oom" and method in SERVED_WHEN_FULL)
+                or (cell.fault == "readonly" and method in SERVED_BY_A_REPLICA)):
+            check(cell, cache, outcome)  # served as with IGNORE_EXCEPTIONS
+            return
+        raised(outcome, STRICT_ERRORS[cell.fault])  # the redis-py error, not django-redis's
+        if method == "get_or_set":
+            assert RUNS["get_or_set"] == 0  # the callable did not run
+    return strict_check
+
+
+def _cache_entry(method: str, asynchronous: bool, strict: bool = False) -> None:
     call, check = CACHE_METHODS[method]
+    if strict:
+        check = _strict(method, check)
 
     def run(cell: Cell) -> None:
         with app_on(cell.server):
-            cache = caches["patterns"]
+            cache = caches["strict" if strict else "patterns"]
             cache.clear()
             _prepared(cache)
             RUNS.clear()
             outcome = cell.during(lambda: call(cache, asynchronous))
             check(cell, cache, outcome)
 
-    name = f"cache_{'a' if asynchronous else ''}{method}"
-    entry(name, "cache")(run)
+    name = f"cache_{'a' if asynchronous else ''}{method}{'_strict' if strict else ''}"
+    entry(name, "cache_strict" if strict else "cache")(run)
 
 
-for _method in CACHE_METHODS:
-    _cache_entry(_method, False)
-    _cache_entry(_method, True)
+for _strict_mode in (False, True):
+    for _method in CACHE_METHODS:
+        _cache_entry(_method, False, _strict_mode)
+        _cache_entry(_method, True, _strict_mode)
 
 
 @cached(60, key="matrix:report", cache="patterns")

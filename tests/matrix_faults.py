@@ -133,6 +133,8 @@ def app_on(server: RedisServer, middleware: list[str] | None = None,
             "patterns": {"BACKEND": "django_redispatterns.cache.RedisCache", **cache,
                          "OPTIONS": {**timeouts, "IGNORE_EXCEPTIONS": True,
                                      "STAMPEDE_LEASE": 2}},
+            "strict": {"BACKEND": "django_redispatterns.cache.RedisCache", **cache,
+                       "OPTIONS": {**timeouts, "STAMPEDE_LEASE": 2}},
         },
         REDIS_PATTERNS={
             "CONNECTION": server.url, "KEY_PREFIX": KEY_PREFIX, **timeouts,
