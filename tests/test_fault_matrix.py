@@ -69,7 +69,8 @@ def test_cell(servers: Servers, name: str, fault: str) -> None:
 
 # The page's table (its "### " heading) for each feature's entry points.
 TABLES = {"ratelimit": "Rate limits", "idempotency": "Idempotency", "sessions": "Sessions",
-          "cache": "Cache", "cache_strict": "Cache without `IGNORE_EXCEPTIONS`", "locks": "Locks", "commands": "Operator commands and deploy checks"}
+          "cache": "Cache", "cache_strict": "Cache without `IGNORE_EXCEPTIONS`",
+          "locks": "Locks", "commands": "Operator commands and deploy checks"}
 # A cell ends with its test id in small code text: <small>`ratelimit_middleware-hung`</small>
 CELL_ID = re.compile(r"<small>`([a-z_]+-[a-z_]+)`</small>")
 
