@@ -422,6 +422,42 @@ def redis_audit_command(cell: Cell) -> None:
             assert output.strip()
 
 
+def _writing_command(cell: Cell, *args: str) -> str | None:
+    """A command that deletes: a full Redis still deletes, a replica cannot."""
+    output = _command(cell, *args, reads_only=cell.fault == "oom")
+    assert (output is None) == (cell.down or cell.fault == "readonly")
+    return output
+
+
+@entry("locks_release_command", "commands")
+def locks_release_command(cell: Cell) -> None:
+    with app_on(cell.server):
+        assert Lock("matrix-forced", ttl=30, auto_renew=False).acquire()
+        output = _writing_command(cell, "locks", "release", "matrix-forced", "--force")
+        if output is not None:
+            assert Lock("matrix-forced", ttl=5).acquire(wait=0)  # really released
+
+
+@entry("ratelimit_reset_command", "commands")
+def ratelimit_reset_command(cell: Cell) -> None:
+    with app_on(cell.server):
+        _writing_command(cell, "ratelimit", "reset", "--group", "matrix-cmd", "--rate",
+                         "10/m", "--identity", "192.0.2.9")
+
+
+@entry("sessions_revoke_command", "commands")
+def sessions_revoke_command(cell: Cell) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    with app_on(cell.server):
+        user = get_user_model().objects.create_user(username=f"matrix-revoke-{cell.fault}")
+        Client().force_login(user)
+        output = _writing_command(cell, "sessions", "revoke", str(user.pk))
+        if output is not None:
+            assert "revoked 1 session" in output, output
+
+
 @entry("check_deploy", "commands")
 def check_deploy(cell: Cell) -> None:
     """``check --deploy`` never fails on an unreachable Redis: it warns, naming it."""
