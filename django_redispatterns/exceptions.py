@@ -42,6 +42,20 @@ class MissingTTLError(RedisPatternsError, ValueError):
     """A cache write asked for no expiry (``timeout=None``) without ``ALLOW_NO_TTL``."""
 
 
+class UncacheableArgument(RedisPatternsError, TypeError):
+    """``@cached`` cannot derive a key from an argument: its type has no known identity
+    (``repr()`` is not one), or it is a model instance that is not saved yet.
+
+    Also a ``TypeError``, like any other call with an argument of the wrong type.
+    """
+
+
+class UnscopedKeysError(ConfigurationError):
+    """The cache cannot prove which keys are its own (its ``KEY_FUNCTION`` does not put
+    the ``KEY_PREFIX`` and the version on every key), so ``clear()``/``delete_pattern()``
+    refuse to delete anything."""
+
+
 # --- locks -----------------------------------------------------------------------------
 
 

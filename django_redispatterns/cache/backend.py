@@ -12,7 +12,10 @@ on top of it this backend guarantees:
   recomputes (``OPTIONS["STALE_TTL"]``) — :mod:`.flight`, :mod:`.stampede`;
 * ``incr``/``decr``/``aincr``/``adecr`` are one atomic command that keeps the TTL —
   :mod:`.counters`;
-* ``clear()`` deletes only this cache's ``KEY_PREFIX`` (SCAN + UNLINK in batches);
+* ``clear()`` deletes only this cache's ``KEY_PREFIX`` (SCAN + UNLINK in batches), and
+  only when the key function provably scopes every key — :mod:`.scope`;
+* django-redis's extras keep the rules: set/hash/sorted-set writes get a TTL in the same
+  round trip, ``lock()`` is leased and fenced, ``keys()`` uses SCAN — :mod:`.inherited`;
 * the ``a*`` methods run on ``redis.asyncio`` (no thread hop) for single-URL locations —
   :mod:`.asyncapi`.
 
@@ -28,7 +31,6 @@ from typing import Any, TypeVar
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
-from django_redis.client.default import glob_escape
 from django_redis.exceptions import ConnectionInterrupted
 
 from . import envelope, options, stampede
@@ -38,13 +40,14 @@ from .codec import MAGIC_LEN, MISSING, Codec, client_class
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
+from .inherited import InheritedMethods
 from .ops import RedisOps
 from .ttl import TtlPolicy
 
 T = TypeVar("T")
 
 
-class RedisCache(AsyncMethods, DjangoRedisCache):
+class RedisCache(InheritedMethods, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
     OPTIONS (besides every django-redis option): ``ALLOW_NO_TTL`` (False), ``TTL_JITTER``
@@ -237,17 +240,17 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
 
     # --- clear ------------------------------------------------------------------------
 
-    def _clear_pattern(self) -> str:
-        return str(self.key_func("*", glob_escape(self.key_prefix), "[-0-9]*"))
-
     def clear(self) -> None:
         """Delete this cache's keys only (SCAN + UNLINK in batches): sessions, locks and
-        other prefixes on the same database survive. ``OPTIONS["CLEAR_FLUSHDB"]`` restores
+        other prefixes on the same database survive. A ``KEY_FUNCTION`` that does not
+        scope every key by prefix and version raises :class:`UnscopedKeysError` and
+        deletes nothing (:mod:`.scope`). ``OPTIONS["CLEAR_FLUSHDB"]`` restores
         django-redis's FLUSHDB."""
         if self._clear_flushdb:
             return super().clear()
+        pattern = self._own_pattern("clear()")
         try:
-            self._ops.unlink_matching(self._clear_pattern())
+            self._ops.unlink_matching(pattern)
         except REDIS_ERRORS as exc:
             self._degraded("clear", exc, None)
         return None

@@ -4,17 +4,20 @@ factory that does not follow a failover (static), a serializer that unpickles (d
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.cache.backends.base import get_key_func
 from django.core.checks import CheckMessage, Tags, register
 
+from ..cache import key_scope_problem
 from .messages import E001, TAG, W001, W017, W018, W019
 from .project import pickles, redis_caches, subclass_of
 
 DJANGO_REDIS_SENTINEL_FACTORY = "django_redis.pool.SentinelConnectionFactory"
 OUR_SENTINEL_FACTORY = "django_redispatterns.connection.SentinelConnectionFactory"
+OUR_CACHE_BACKEND = "django_redispatterns.cache.RedisCache"
 # Probe values no real key function would invent.
 _PROBE_PREFIX, _PROBE_VERSION = "rp-check-prefix", 736251
 
@@ -35,22 +38,35 @@ def check_cache_ttls(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 
 @register(TAG, Tags.caches)
 def check_cache_key_functions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W019: a KEY_FUNCTION whose keys do not carry the prefix or the version."""
+    """W019: a KEY_FUNCTION whose keys do not carry the prefix or the version, or (on this
+    package's backend) whose keys ``clear()`` cannot prove are the cache's own."""
     messages: list[CheckMessage] = []
     for alias, entry in redis_caches().items():
         if not entry.get("KEY_FUNCTION"):
             continue
         try:
-            key = str(get_key_func(entry["KEY_FUNCTION"])("k", _PROBE_PREFIX, _PROBE_VERSION))
+            key_func = get_key_func(entry["KEY_FUNCTION"])
+            key = str(key_func("k", _PROBE_PREFIX, _PROBE_VERSION))
         except Exception:  # unimportable or broken: Django fails loudly on first use
             continue
         dropped = [what for what, probe in (("prefix", _PROBE_PREFIX),
                                             ("version", str(_PROBE_VERSION)))
                    if probe not in key]
-        if dropped:
-            messages.append(W019(obj=f"CACHES[{alias!r}]", alias=alias,
-                                 dropped=" and ".join(dropped)))
+        problem = f"drops the key {' and '.join(dropped)}" if dropped else None
+        if problem is None and _scoped_clear(entry):
+            why = key_scope_problem(key_func, str(entry.get("KEY_PREFIX", "")))
+            if why is not None:
+                problem = f"makes keys clear() cannot prove are this cache's own ({why})"
+        if problem is not None:
+            messages.append(W019(obj=f"CACHES[{alias!r}]", alias=alias, problem=problem))
     return messages
+
+
+def _scoped_clear(entry: Mapping[str, Any]) -> bool:
+    """True when the entry is this package's backend with a prefix-scoped clear()."""
+    backend = entry.get("BACKEND")
+    return (isinstance(backend, str) and subclass_of(backend, OUR_CACHE_BACKEND)
+            and (entry.get("OPTIONS") or {}).get("CLEAR_FLUSHDB") is not True)
 
 
 @register(TAG, Tags.caches)

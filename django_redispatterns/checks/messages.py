@@ -180,7 +180,7 @@ W018 = Message(
 )
 W019 = Message(
     Warning, "W019",
-    "CACHES[{alias!r}]['KEY_FUNCTION'] drops the key {dropped}.",
+    "CACHES[{alias!r}]['KEY_FUNCTION'] {problem}.",
     "Keys of this cache then collide with those of other prefixes or versions (other "
     "caches, other sites, an earlier deploy), and clear() cannot tell its own keys from "
     "theirs, so it refuses to run. Build keys from key_prefix, version and key, like "
