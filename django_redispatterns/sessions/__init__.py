@@ -15,7 +15,7 @@ from .activity import USER_AGENT_MAX, current_activity
 from .api import SessionInfo, logout_everywhere, revoke_session, user_sessions
 from .codec import sign_session, unsign_session
 from .engine import SessionStore
-from .keyspace import KEY_RE, UNAVAILABLE, session_handle, user_tag
+from .keyspace import KEY_RE, UNAVAILABLE, SessionStoreUnavailable, session_handle, user_tag
 
 __all__ = [
     "KEY_RE",
@@ -23,6 +23,7 @@ __all__ = [
     "USER_AGENT_MAX",
     "SessionInfo",
     "SessionStore",
+    "SessionStoreUnavailable",
     "current_activity",
     "logout_everywhere",
     "revoke_session",

@@ -1,7 +1,8 @@
 """The public per-user API: list a user's sessions, end one, end them all.
 
 Built on :mod:`.index` (the Redis side); every function raises
-:class:`~django_redispatterns.exceptions.BackendUnavailable` when Redis cannot be reached.
+:class:`~django_redispatterns.sessions.SessionStoreUnavailable` (a
+:class:`~django_redispatterns.exceptions.BackendUnavailable`) when Redis cannot be reached.
 """
 
 from __future__ import annotations
@@ -15,10 +16,17 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from .. import signals
-from ..exceptions import BackendUnavailable
 from . import index
 from .engine import SessionStore
-from .keyspace import UNAVAILABLE, client, ms_to_datetime, session_handle, user_id_of, user_tag
+from .keyspace import (
+    UNAVAILABLE,
+    SessionStoreUnavailable,
+    client,
+    ms_to_datetime,
+    session_handle,
+    user_id_of,
+    user_tag,
+)
 
 logger = logging.getLogger("django_redispatterns.sessions")
 
@@ -48,15 +56,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _redis_required(func: F) -> F:
-    """Index operations raise BackendUnavailable (logged) when Redis cannot be reached."""
+    """Index operations raise SessionStoreUnavailable (a BackendUnavailable) when Redis
+    cannot be reached."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except UNAVAILABLE as exc:
-            logger.error("session index unavailable in %s: %s", func.__name__, exc)
-            raise BackendUnavailable(f"session store unavailable: {exc}") from exc
+            logger.debug("session index unavailable in %s: %s", func.__name__, exc)
+            raise SessionStoreUnavailable(f"session store unavailable: {exc}") from exc
 
     return wrapper  # type: ignore[return-value]
 

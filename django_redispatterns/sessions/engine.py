@@ -28,11 +28,11 @@ from django.utils.crypto import get_random_string
 
 from .. import scripts
 from ..conf import get_config
-from ..exceptions import BackendUnavailable
 from .activity import current_activity
 from .codec import sign_session, unsign_session
 from .keyspace import (
     UNAVAILABLE,
+    SessionStoreUnavailable,
     client,
     data_key,
     is_ours,
@@ -73,10 +73,11 @@ class SessionStore(SessionBase):
         user_id = data.get(SESSION_KEY)
         return str(user_id) if user_id not in (None, "") else None
 
-    def _unavailable(self, exc: BaseException, *, action: str) -> BackendUnavailable:
+    def _unavailable(self, exc: BaseException, *, action: str) -> SessionStoreUnavailable:
         self.backend_error = exc
-        logger.error("session store unavailable during %s: %s", action, exc)
-        error = BackendUnavailable(f"session store unavailable during {action}: {exc}")
+        # Not logged louder: the caller decides (SessionActivityMiddleware logs one warning).
+        logger.debug("session store unavailable during %s: %s", action, exc)
+        error = SessionStoreUnavailable(f"session store unavailable during {action}: {exc}")
         error.__cause__ = exc
         return error
 

@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 
 from .. import connection, keys
+from ..exceptions import BackendUnavailable
 
 FEATURE = "sess"
 KEY_RE = re.compile(r"[0-9a-f]{32}[0-9a-z]{32}")
@@ -39,6 +40,13 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.ReadOnlyError,  # a demoted primary behind a plain URL
     redis.exceptions.SlotNotCoveredError,
 )
+
+
+class SessionStoreUnavailable(BackendUnavailable):
+    """The session store (or a user's index) could not be reached; the session is intact.
+
+    ``SessionActivityMiddleware`` answers it with a 503 that leaves the cookie alone.
+    """
 
 
 def session_handle(session_key: str) -> str:
