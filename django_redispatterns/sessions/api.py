@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from .. import signals
+from ..conf import get_config
 from . import index
 from .engine import SessionStore
 from .keyspace import (
@@ -75,7 +76,9 @@ def user_sessions(user: Any, *, current: str | None = None) -> list[SessionInfo]
     """The user's live sessions, most recently active first.
 
     ``user`` is a user or its pk. ``current`` (a session key or handle) marks that session
-    ``is_current``. Index members whose session is gone (expired, deleted, evicted) are
+    ``is_current``. Never more than ``SESSIONS["MAX_PER_USER"]`` (a sign-in beyond it ends
+    the user's sessions that expire first), and never more Redis work than that. Index
+    members whose session is gone (expired, deleted, evicted) are
     pruned from the index on the way. Metadata (last activity, IP, user agent) is present
     when :class:`~django_redispatterns.middleware.SessionActivityMiddleware` is installed.
     """
@@ -92,7 +95,8 @@ def user_sessions(user: Any, *, current: str | None = None) -> list[SessionInfo]
             expires=ms_to_datetime(int(now_ms + stored.pttl)),
             is_current=stored.sid == current_sid,
         )
-        for stored in index.live_sessions(client(), tag)
+        for stored in index.live_sessions(client(), tag, int(
+            get_config().feature("SESSIONS")["MAX_PER_USER"]))
     ]
     epoch = datetime.fromtimestamp(0, tz=timezone.utc)
     infos.sort(key=lambda s: s.last_activity or s.created or epoch, reverse=True)

@@ -243,6 +243,7 @@ class SessionStore(SessionBase):
             self.activity_recorded = True
         else:
             args += ["0", "", ""]
+        args.append(int(get_config().feature("SESSIONS")["MAX_PER_USER"]))
         return args
 
     def _move_steps(self, serialized: bytes, ttl_ms: int, user_id: str) -> Steps:

@@ -2,9 +2,9 @@
 
 A user's index is a sorted set ``sid -> expiry`` under the user's hash tag (see
 :mod:`.keyspace`), kept exact by the ``session_save`` / ``session_delete`` scripts. The
-functions here do bounded work per call: ZSCAN batches, one pipeline per batch, one Lua call
-per revoke batch. They raise Redis errors as they come; :mod:`.api` turns an unreachable
-Redis into ``BackendUnavailable``.
+functions here do bounded work per call: at most ``MAX_PER_USER`` members read, one pipeline
+per batch, one Lua call per revoke batch. They raise Redis errors as they come; :mod:`.api`
+turns an unreachable Redis into ``SessionStoreUnavailable``.
 """
 
 from __future__ import annotations
@@ -30,21 +30,15 @@ class StoredSession(NamedTuple):
     pttl: int
 
 
-def _members(client: Any, tag: str) -> Iterator[list[str]]:
-    """The index's members in batches (ZSCAN: bounded work per call)."""
-    batch: list[str] = []
-    for member, _score in client.zscan_iter(index_key(tag), count=LIST_BATCH):
-        batch.append(text(member))
-        if len(batch) >= LIST_BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def live_sessions(client: Any, tag: str, limit: int) -> Iterator[StoredSession]:
+    """The live sessions in ``tag``'s index, at most ``limit``, the latest-expiring first.
 
-
-def live_sessions(client: Any, tag: str) -> Iterator[StoredSession]:
-    """Every live session in ``tag``'s index; members whose session is gone are pruned."""
-    for batch in _members(client, tag):
+    Reads at most ``limit`` members (one ``ZREVRANGE``), then one pipeline per batch of
+    :data:`LIST_BATCH`; members whose session is gone (expired, deleted, evicted) are pruned.
+    """
+    members = [text(m) for m in client.zrevrange(index_key(tag), 0, max(0, limit - 1))]
+    for start in range(0, len(members), LIST_BATCH):
+        batch = members[start:start + LIST_BATCH]
         pipe = client.pipeline(transaction=False)
         for sid in batch:
             pipe.hmget(data_key(tag, sid), ["c", "a", "ip", "ua", "d"])
