@@ -625,3 +625,25 @@ def test_stored_ip_truncation(address: str, stored: str) -> None:
     from django_redispatterns.middleware.sessions import stored_ip
 
     assert stored_ip(address) == stored
+
+
+def test_sessions_command_user_is_a_pk_or_a_username(capsys: pytest.CaptureFixture[str]) -> None:
+    alice = make_user()
+    device(agent="Browser/pk")
+    # a username made of digits that is nobody's pk: found as a username
+    digits = get_user_model().objects.create_user(username=str(alice.pk + 1000), password="pw")
+    for value in (str(alice.pk), "alice"):
+        for argv in (["list", value], ["list", "--user", value]):
+            call_command("sessions", *argv)
+            out = capsys.readouterr().out
+            assert "1 live session(s) of alice" in out and "Browser/pk" in out, (argv, out)
+    call_command("sessions", "list", "--user", digits.get_username())
+    assert "0 live session(s) of " + digits.get_username() in capsys.readouterr().out
+    call_command("sessions", "revoke", "--user", "alice")
+    assert "revoked 1 session" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="no user"):
+        call_command("sessions", "list", "--user", "nobody")
+    with pytest.raises(CommandError, match="name one user"):
+        call_command("sessions", "list")
+    with pytest.raises(CommandError, match="name one user"):
+        call_command("sessions", "list", "alice", "--user", "bob")
