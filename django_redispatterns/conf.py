@@ -81,6 +81,9 @@ SCHEMA: dict[str, Any] = {
         "ACTIVITY_INTERVAL": (_number, 60),
         # Most live sessions one user may have; a sign-in beyond it ends the oldest ones.
         "MAX_PER_USER": ((int,), 100),
+        # Add the "Log out everywhere" action to the user admin (needs the
+        # django_redispatterns.contrib.devices app installed).
+        "ADMIN_LOGOUT_ACTION": ((bool,), False),
     },
 }
 

@@ -1,4 +1,4 @@
-"""SPEC D3 for sessions: Redis down means 503 and the session cookie left alone.
+"""Sessions when Redis is unusable: Redis down means 503 and the session cookie left alone.
 
 Each test runs the session engine on a throwaway redis-server that it kills or pauses,
 through Django's real ``SessionMiddleware`` and ``AuthenticationMiddleware``.
@@ -300,7 +300,7 @@ def test_the_503_page_is_an_overridable_template(
 ) -> None:
     from django.conf import settings
 
-    page = tmp_path / "django_redispatterns" / "sessions_unavailable.html"
+    page = tmp_path / "redispatterns" / "sessions_unavailable.html"
     page.parent.mkdir()
     page.write_text("<html><body>Back in {{ retry_after }} seconds, ours</body></html>")
     templates = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]

@@ -1,4 +1,4 @@
-"""``SessionActivityMiddleware``: device metadata for the session index, and SPEC D3.
+"""``SessionActivityMiddleware``: device metadata for the session index; 503 when Redis is unusable.
 
 Install it directly **above** Django's ``SessionMiddleware`` (recommended; below it keeps
 the same guarantees; the system check ``redispatterns.E009`` fires when ``SessionMiddleware``
@@ -21,7 +21,7 @@ It does two things:
   with ``Retry-After`` and no ``Set-Cookie`` — the browser keeps its session cookie and the
   user is still signed in once Redis is back (Django's cache engine deletes the cookie).
   Browsers (``Accept`` prefers ``text/html``) get the page
-  ``django_redispatterns/sessions_unavailable.html`` (override it in your templates), API
+  ``redispatterns/sessions_unavailable.html`` (override it in your templates), API
   clients RFC 9457 problem+json; the server log gets one WARNING line, not Django's
   "Internal Server Error" traceback.
   Wrapping ``SessionMiddleware`` lets it see a failed session save too. Placed after
@@ -53,7 +53,7 @@ from ..sessions import USER_AGENT_MAX, SessionStore, SessionStoreUnavailable, cu
 logger = logging.getLogger("django_redispatterns.sessions")
 
 RETRY_AFTER_SECONDS = 5
-UNAVAILABLE_TEMPLATE = "django_redispatterns/sessions_unavailable.html"
+UNAVAILABLE_TEMPLATE = "redispatterns/sessions_unavailable.html"
 # Served when no template engine finds UNAVAILABLE_TEMPLATE (e.g. APP_DIRS off).
 FALLBACK_PAGE = (
     "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -67,7 +67,7 @@ _ANSWERED = "_redispatterns_session_unavailable"  # marks our 503 on the respons
 def stored_ip(address: str) -> str:
     """The client address as ``SESSIONS["IP_STORAGE"]`` says to keep it.
 
-    ``"truncate"``: the /24 (IPv4) or /48 (IPv6) network; ``"hash"``: a keyed hash (SPEC D6);
+    ``"truncate"``: the /24 (IPv4) or /48 (IPv6) network; ``"hash"``: a keyed hash;
     ``"none"``: nothing. Unparsable addresses are kept as ``""``.
     """
     mode = get_config().feature("SESSIONS")["IP_STORAGE"]
@@ -126,7 +126,7 @@ def _page() -> str:
 def unavailable_response(request: HttpRequest | None = None) -> HttpResponse:
     """503 with ``Retry-After``, ``no-store`` and no cookie, shaped for who asked.
 
-    An HTML page (the template ``django_redispatterns/sessions_unavailable.html``) when the
+    An HTML page (the template ``redispatterns/sessions_unavailable.html``) when the
     request's ``Accept`` prefers HTML; otherwise RFC 9457 problem+json with the stable code
     ``session_store_unavailable``. Marked as logged, so Django's handler adds no ERROR line.
     """
