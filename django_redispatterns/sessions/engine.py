@@ -34,10 +34,8 @@ from .keyspace import (
     UNAVAILABLE,
     SessionStoreUnavailable,
     client,
-    data_key,
     is_ours,
     keys_of,
-    session_handle,
     user_tag,
 )
 from .runner import Steps, arun, run
@@ -103,8 +101,7 @@ class SessionStore(SessionBase):
             self._session_key = None
             return {}
         assert key is not None
-        sid = session_handle(key)
-        hash_key = data_key(key[:32], sid)
+        hash_key, _, sid = keys_of(key)
         try:
             if self._activity() is None:  # no activity middleware: the data only
                 raw, activity = (yield ("hget", hash_key, "d")), None
@@ -138,8 +135,7 @@ class SessionStore(SessionBase):
     def _decode_or_none(self, raw: bytes | str) -> dict[str, Any] | None:
         """Like ``decode()``, but tells corrupt data (None, logged) from an empty session."""
         try:
-            text = raw.decode() if isinstance(raw, bytes) else raw
-            session = self.serializer().loads(unsign_session(text, self.key_salt))
+            session = self.serializer().loads(unsign_session(raw, self.key_salt))
         except signing.BadSignature:
             security_logger.warning("Session data corrupted")
             return None

@@ -82,6 +82,12 @@ def index_key(tag: str) -> str:
 
 def keys_of(session_key: str) -> tuple[str, str, str]:
     """(data key, index key, sid) of a well-formed session key."""
+    return _keys_of(keys.prefix(), session_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _keys_of(prefix: str, session_key: str) -> tuple[str, str, str]:
+    # ``prefix`` is only part of the cache key: another KEY_PREFIX gives other names.
     tag = session_key[:32]
     sid = session_handle(session_key)
     return data_key(tag, sid), index_key(tag), sid
