@@ -133,6 +133,9 @@ def _run_on(url: str, network: str, *, ops: int, rounds: int) -> None:
             compare(f"{title}, {network}", requests, ops=ops, rounds=rounds, warmup=ops // 5)
             print("round trips per request: " + ", ".join(
                 f"{name.split(' (')[0]} {_round_trips(fn)}" for name, fn in requests.items()))
+            print("client CPU per request (best of 5, us): " + ", ".join(
+                f"{name.split(' (')[0]} {_cpu_us(fn, ops // 2):.0f}"
+                for name, fn in requests.items()))
         for cls, key in contenders.values():
             cls(key).delete()
 
@@ -184,6 +187,18 @@ class LatencyProxy:
     def __exit__(self, *exc: object) -> None:
         self.closed.set()
         self.server.close()
+
+
+def _cpu_us(fn: Callable[[], object], ops: int) -> float:
+    """Process CPU time per call (microseconds; best of 5 runs): the app server's cost,
+    steadier than throughput on a shared machine, blind to Redis's own time."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.process_time()
+        for _ in range(ops):
+            fn()
+        best = min(best, time.process_time() - started)
+    return best / ops * 1e6
 
 
 def _round_trips(fn: Callable[[], object]) -> int:
