@@ -242,9 +242,13 @@ BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.
 
 
 def _problems_logged(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    """Records at WARNING or above from Django and from this app."""
+    """Records at WARNING or above from Django and from this app, logged by this thread
+    (the test client's request; not another test's leftover background threads)."""
+    import threading
+
     return [r for r in caplog.records
-            if r.levelno >= logging.WARNING and r.name.startswith("django")]
+            if r.levelno >= logging.WARNING and r.name.startswith("django")
+            and r.thread == threading.get_ident()]
 
 
 def _assert_one_warning(caplog: pytest.LogCaptureFixture) -> None:
