@@ -26,11 +26,7 @@ pytestmark = [pytest.mark.topology, pytest.mark.django_db]
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "failure-modes.md"
 
 # Known defects being fixed elsewhere: the cell runs, and fails, until the fix lands.
-KNOWN: dict[tuple[str, str], str] = {
-    **{("session_middleware_browser", fault): (
-        "the sessions 503 is raw problem+json for a browser too (being fixed on the "
-        "sessions branch)") for fault in ("refused", "hung", "oom", "readonly")},
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def cells() -> list[object]:
