@@ -30,6 +30,7 @@ from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
 from django_redis.client.default import glob_escape
 
+from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
@@ -37,12 +38,16 @@ from .codec import MAGIC_LEN, MISSING, Codec, client_class
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
+from .near import NearCache
+from .nearhooks import with_near_cache
+from .nearstore import read_config
 from .ops import RedisOps
 from .ttl import TtlPolicy
 
 T = TypeVar("T")
 
 
+@with_near_cache
 class RedisCache(AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
@@ -73,6 +78,11 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
             self._codec, lambda: self._ttl.counter_ttl_ms(self.default_timeout))
         self._flight = SingleFlight(self._codec, self._ops, own.policy,
                                     stampede.Reporter(self), self._degraded, repr(server))
+        near = read_config(opts.get("NEAR_CACHE"))
+        if near is not None and (self._herd or self._shard):
+            raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] needs django-redis's "
+                                     "DefaultClient (not HerdClient or ShardClient).")
+        self._near = None if near is None else NearCache(self, near, repr(server))
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so

@@ -1,0 +1,207 @@
+"""The near cache: hot keys served from process memory, kept correct by Redis tracking.
+
+Opt-in with ``OPTIONS["NEAR_CACHE"]`` (docs/cache.md, "Near cache"). A miss reads the key
+on a connection of the near cache's own pool, which has ``CLIENT TRACKING on REDIRECT``
+to the process's invalidation channel (:mod:`.nearlisten`), with one script that returns
+the value and its PTTL (``lua/cache_near_get.lua``): one round trip, and the local copy
+never outlives the key in Redis. The value is stored (:mod:`.nearstore`) only when
+
+* the channel is healthy and was the same one (epoch) before the read and after it, and
+  the read connection had tracking on for that epoch;
+* no invalidation of the key (and no clear of the store) happened since the read began;
+* it is not a ``get_or_set`` value already past its soft expiry (its deadline is capped
+  at the soft expiry as well, so a stale value is never served from memory).
+
+Only the single-server ``DefaultClient`` is supported (its own connections use RESP2); other setups raise
+:class:`ConfigurationError` at the first near read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+from ..connection import is_cluster
+from ..exceptions import ConfigurationError
+from ..scripts import script
+from . import envelope
+from .nearlisten import Listener, tracked_class
+from .nearstore import LocalStore, NearConfig
+
+_SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool)
+_all: weakref.WeakSet[NearCache] = weakref.WeakSet()
+
+
+class NearCache:
+    """One cache's near cache in this process. ``owner`` is the backend (``.client`` is
+    its django-redis client, read lazily)."""
+
+    def __init__(self, owner: Any, config: NearConfig, name: str) -> None:
+        self._owner = owner
+        self.config = config
+        self.wants = config.wants
+        self._name = name
+        self.store = LocalStore(config.max_entries, config.max_bytes)
+        self._setup = threading.Lock()
+        self._pool: Any = None
+        self.listener: Listener | None = None
+        self._script = script("cache_near_get")
+        _all.add(self)
+
+    # --- the hit path -----------------------------------------------------------------
+
+    def lookup(self, nkey: str) -> bytes | None:
+        """The raw value held locally for ``nkey``, or ``None`` (then call :meth:`fetch`)."""
+        listener = self.listener
+        now = time.monotonic()
+        if listener is None or not listener.healthy(now):
+            return None
+        return self.store.get(nkey, now)
+
+    # --- a miss -----------------------------------------------------------------------
+
+    def fetch(self, nkey: str) -> bytes | None:
+        """GET ``nkey`` from Redis (one round trip), keeping it locally when that is safe
+        (module docstring). ``None``: no such key. Redis errors propagate."""
+        listener = self.listener or self._start()
+        ticket = self.store.ticket()
+        epoch = listener.epoch
+        ready = listener.ready
+        pool = self._pool
+        conn = pool.get_connection()
+        try:
+            if ready and conn.rp_epoch != epoch:
+                self._track(conn, listener, epoch)
+            reply = self._eval(conn, nkey)
+            tracked = conn.rp_epoch == epoch
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        if not reply:
+            return None
+        raw, pttl = reply[0], int(reply[1])
+        if tracked and listener.epoch == epoch and listener.ready:
+            deadline = self._deadline(raw, pttl)
+            if deadline is not None:
+                self.store.put(nkey, raw, deadline, ticket)
+        return raw  # type: ignore[no-any-return]
+
+    def _deadline(self, raw: bytes, pttl: int) -> float | None:
+        """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
+        ``None`` when it must not be stored at all."""
+        now = time.monotonic()
+        limit = math.inf if pttl < 0 else pttl / 1000.0
+        if self.config.max_local_ttl is not None:
+            limit = min(limit, self.config.max_local_ttl)
+        if envelope.is_envelope(raw):
+            limit = min(limit, envelope.times(raw)[0] - time.time())
+        if limit <= 0:
+            return None
+        return now + limit
+
+    def _eval(self, conn: Any, nkey: str) -> Any:
+        try:
+            conn.send_command("EVALSHA", self._script.sha, 1, nkey)
+            return conn.read_response()
+        except NoScriptError:
+            conn.send_command("EVAL", self._script.source, 1, nkey)
+            return conn.read_response()
+
+    @staticmethod
+    def _track(conn: Any, listener: Listener, epoch: int) -> None:
+        client_id = listener.client_id
+        if client_id is None:
+            return
+        conn.send_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id)
+        try:
+            conn.read_response()
+        except redis.ResponseError:
+            return  # the channel's connection is gone already; it will be noticed
+        conn.rp_epoch = epoch
+
+    # --- writes of this process -------------------------------------------------------
+
+    def forget(self, nkeys: list[str]) -> None:
+        """This process wrote ``nkeys``: drop their entries and any fill in flight."""
+        self.store.invalidate(nkeys)
+
+    def forget_all(self) -> None:
+        self.store.clear()
+
+    # --- setup ------------------------------------------------------------------------
+
+    def _start(self) -> Listener:
+        with self._setup:
+            if self.listener is None:
+                base = self._owner.client.get_client(write=True)
+                self._pool = _tracked_pool(base)
+                kwargs = dict(self._pool.connection_kwargs)
+                kwargs["socket_timeout"] = None  # the listener waits with can_read()
+                kwargs.pop("client_name", None)
+                plain = self._pool.connection_class.__mro__[1]
+
+                def connect() -> Any:
+                    conn = plain(**kwargs)
+                    conn.connect()
+                    return conn
+
+                self.listener = Listener(connect, self.store.invalidate, self.store.clear,
+                                         self._name)
+            return self.listener
+
+    def stop(self) -> None:
+        """Stop the channel's thread and close the near cache's connections."""
+        with self._setup:
+            listener, self.listener = self.listener, None
+            pool, self._pool = self._pool, None
+        if listener is not None:
+            listener.stop()
+        if pool is not None:
+            pool.disconnect()
+        self.store.clear()
+
+    def _after_fork(self) -> None:
+        # The thread did not survive the fork and its connection is the parent's.
+        self.listener = None
+        self._pool = None
+        self._setup = threading.Lock()
+        self.store.clear()
+
+
+def _tracked_pool(base: Any) -> Any:
+    """A pool like ``base``'s (same server, options and size) whose connections can track."""
+    if is_cluster(base):
+        raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] does not support Redis "
+                                 "Cluster yet; remove NEAR_CACHE for this cache.")
+    pool = base.connection_pool
+    if type(pool) not in _SUPPORTED_POOLS:
+        raise ConfigurationError(
+            "CACHES OPTIONS['NEAR_CACHE'] needs a single-server LOCATION (redis:// or "
+            f"unix://); this cache's connection pool is {type(pool).__name__}.")
+    kwargs = dict(pool.connection_kwargs)
+    # RESP2 whatever the cache's own connections speak: invalidations then arrive as
+    # Pub/Sub messages on the channel's connection, and replies carry no push frames.
+    # (redis-py's maintenance notifications are RESP3-only: leave them to the cache's own.)
+    kwargs = {k: v for k, v in kwargs.items() if "maint_notifications" not in k}
+    kwargs["protocol"] = 2
+    return type(pool)(connection_class=tracked_class(pool.connection_class),
+                      max_connections=pool.max_connections, **kwargs)
+
+
+def _reset_after_fork() -> None:
+    for near in list(_all):
+        near._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
