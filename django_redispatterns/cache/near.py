@@ -12,8 +12,8 @@ never outlives the key in Redis. The value is stored (:mod:`.nearstore`) only wh
 * it is not a ``get_or_set`` value already past its soft expiry (its deadline is capped
   at the soft expiry as well, so a stale value is never served from memory).
 
-Only the single-server ``DefaultClient`` is supported (its own connections use RESP2); other setups raise
-:class:`ConfigurationError` at the first near read.
+Only the single-server ``DefaultClient`` is supported (the near cache's own connections
+speak RESP2); other setups raise :class:`ConfigurationError` at the first near read.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class NearCache:
             deadline = self._deadline(raw, pttl)
             if deadline is not None:
                 self.store.put(nkey, raw, deadline, ticket)
-        return raw  # type: ignore[no-any-return]
+        return raw
 
     def _deadline(self, raw: bytes, pttl: int) -> float | None:
         """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or

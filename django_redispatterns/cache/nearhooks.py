@@ -43,8 +43,12 @@ _WRITES = {
 
 def with_near_cache(cls: type[T]) -> type[T]:
     """Wrap ``cls``'s reads and writes with the near cache (module docstring)."""
-    setattr(cls, "get", _get(cls.get))  # type: ignore[attr-defined]
-    setattr(cls, "get_or_set", _get_or_set(cls.get_or_set))  # type: ignore[attr-defined]
+    wrapped: dict[str, Callable[..., Any]] = {
+        "get": _get(cls.get),  # type: ignore[attr-defined]
+        "get_or_set": _get_or_set(cls.get_or_set),  # type: ignore[attr-defined]
+    }
+    for name, method in wrapped.items():
+        setattr(cls, name, method)
     for name, kind in _WRITES.items():
         setattr(cls, name, _write(name, kind, getattr(cls, name)))
     return cls

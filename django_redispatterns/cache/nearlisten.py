@@ -40,7 +40,7 @@ def tracked_class(base: type) -> type:
 
     def on_connect(self: Any) -> None:
         self.rp_epoch = None
-        base.on_connect(self)
+        base.on_connect(self)  # type: ignore[attr-defined]
 
     return type(f"NearTracked{base.__name__}", (base,), {"on_connect": on_connect,
                                                        "rp_epoch": None})
