@@ -355,7 +355,7 @@ def test_store_is_an_lru_bounded_by_entries_and_bytes() -> None:
     assert store.get("k0", 0) is None
     store.get("k2", 0)  # recently used
     store.put("k5", b"v", 1e18, store.ticket())
-    assert store.get("k2", 0) == b"v"
+    assert store.get("k2", 0) is not None
     assert store.get("k3", 0) is None
     small = LocalStore(max_entries=1000, max_bytes=3 * (ENTRY_OVERHEAD + 2 + 100))
     for i in range(10):

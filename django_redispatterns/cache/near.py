@@ -18,22 +18,26 @@ speak RESP2); other setups raise :class:`ConfigurationError` at the first near r
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import redis
+from django_redis.compressors.identity import IdentityCompressor
+from django_redis.exceptions import CompressorError
 from redis.exceptions import NoScriptError
 
 from ..connection import is_cluster
 from ..exceptions import ConfigurationError
 from ..scripts import script
 from . import envelope
-from .nearlisten import Listener, tracked_class
-from .nearstore import LocalStore, NearConfig
+from .nearlisten import SILENT_LIMIT, Listener, tracked_class
+from .nearstore import Entry, LocalStore, NearConfig
 
 _SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool)
 _all: weakref.WeakSet[NearCache] = weakref.WeakSet()
@@ -53,17 +57,27 @@ class NearCache:
         self._pool: Any = None
         self.listener: Listener | None = None
         self._script = script("cache_near_get")
+        self._loads: Callable[[bytes], Any] = lambda payload: None
         _all.add(self)
 
     # --- the hit path -----------------------------------------------------------------
 
-    def lookup(self, nkey: str) -> bytes | None:
-        """The raw value held locally for ``nkey``, or ``None`` (then call :meth:`fetch`)."""
+    def lookup(self, nkey: str) -> Entry | None:
+        """The entry held locally for ``nkey`` (decode it with :meth:`value`), or ``None``
+        (then call :meth:`fetch`)."""
         listener = self.listener
         now = time.monotonic()
-        if listener is None or not listener.healthy(now):
+        if listener is None or not listener.ready or now - listener.heard >= SILENT_LIMIT:
             return None
         return self.store.get(nkey, now)
+
+    def value(self, entry: Entry) -> Any:
+        """The value of a live entry, as ``get`` returns it: a fresh copy of a mutable
+        value (deserialized on each hit, like any cache read), an int as is."""
+        hint = entry[2]
+        if hint.__class__ is tuple:
+            return hint[0]
+        return self._loads(hint)
 
     # --- a miss -----------------------------------------------------------------------
 
@@ -92,7 +106,7 @@ class NearCache:
         if tracked and listener.epoch == epoch and listener.ready:
             deadline = self._deadline(raw, pttl)
             if deadline is not None:
-                self.store.put(nkey, raw, deadline, ticket)
+                self.store.put(nkey, raw, deadline, ticket, _hint(raw))
         return raw
 
     def _deadline(self, raw: bytes, pttl: int) -> float | None:
@@ -128,6 +142,20 @@ class NearCache:
             return  # the channel's connection is gone already; it will be noticed
         conn.rp_epoch = epoch
 
+    def _loader(self) -> Callable[[bytes], Any]:
+        """django-redis's decode without its int probe (the hint made it already)."""
+        client = self._owner.client
+        compressor, loads = client._compressor, client._serializer.loads
+        if type(compressor) is IdentityCompressor:
+            return loads
+
+        def decompress_and_load(payload: bytes) -> Any:
+            with contextlib.suppress(CompressorError):  # small values are left as they are
+                payload = compressor.decompress(payload)
+            return loads(payload)
+
+        return decompress_and_load
+
     # --- writes of this process -------------------------------------------------------
 
     def forget(self, nkeys: list[str]) -> None:
@@ -144,6 +172,7 @@ class NearCache:
             if self.listener is None:
                 base = self._owner.client.get_client(write=True)
                 self._pool = _tracked_pool(base)
+                self._loads = self._loader()
                 kwargs = dict(self._pool.connection_kwargs)
                 kwargs["socket_timeout"] = None  # the listener waits with can_read()
                 kwargs.pop("client_name", None)
@@ -175,6 +204,17 @@ class NearCache:
         self._pool = None
         self._setup = threading.Lock()
         self.store.clear()
+
+
+def _hint(raw: bytes) -> Any:
+    """How a hit decodes ``raw``: ``(int,)`` for django-redis's plain ints (immutable,
+    returned as is), else the serialized payload (an envelope's without its header)."""
+    if envelope.is_envelope(raw):
+        return raw[envelope.HEADER_LEN:]
+    try:
+        return (int(raw),)
+    except ValueError:
+        return raw
 
 
 def _tracked_pool(base: Any) -> Any:

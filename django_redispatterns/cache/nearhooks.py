@@ -61,15 +61,16 @@ def _get(orig: Callable[..., Any]) -> Callable[..., Any]:
         near: NearCache | None = self._near
         if near is None or client is not None or not near.wants(key):
             return orig(self, key, default, version, client)
-        nkey = self.client.make_key(key, version=version)
-        raw = near.lookup(nkey)
+        nkey = self.make_key(key, version=version)
+        entry = near.lookup(nkey)
+        if entry is not None:  # the hit path: no Redis, one deserialization
+            return near.value(entry)
+        try:
+            raw = near.fetch(nkey)
+        except REDIS_ERRORS as exc:
+            return self._degraded("get", exc, default)
         if raw is None:
-            try:
-                raw = near.fetch(nkey)
-            except REDIS_ERRORS as exc:
-                return self._degraded("get", exc, default)
-            if raw is None:
-                return default
+            return default
         return self._codec.visible(raw, default)
 
     return get
@@ -82,8 +83,9 @@ def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
         near: NearCache | None = self._near
         if near is None or not near.wants(key):
             return orig(self, key, default, timeout, version)
-        nkey = self.client.make_key(key, version=version)
-        raw = near.lookup(nkey)
+        nkey = self.make_key(key, version=version)
+        entry = near.lookup(nkey)
+        raw = None if entry is None else entry[0]
         if raw is None:
             try:
                 raw = near.fetch(nkey)
@@ -97,7 +99,7 @@ def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return orig(self, key, default, timeout, version)
         finally:
-            near.forget([str(nkey)])
+            near.forget([nkey])
 
     return get_or_set
 
@@ -111,7 +113,7 @@ def _forget(self: Any, kind: str, bound: inspect.BoundArguments) -> None:
     keys = ([args["key"]] if kind == "key"
             else list(args["data"] if kind == "data" else args["keys"]))
     version = args.get("version")
-    wanted = [str(self.client.make_key(k, version=version)) for k in keys if near.wants(k)]
+    wanted = [self.make_key(k, version=version) for k in keys if near.wants(k)]
     if wanted:
         near.forget(wanted)
 

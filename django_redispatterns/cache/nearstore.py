@@ -83,15 +83,19 @@ def _positive_int(value: dict[str, Any], key: str, default: int, name: str) -> i
     return found
 
 
+Entry = tuple[bytes, float, Any, int]  # (raw value, deadline, decode hint, bytes counted)
+
+
 class LocalStore:
-    """Thread-safe LRU of ``nkey -> (raw, deadline)``; ``deadline`` is ``time.monotonic()``
-    seconds. It never holds more than ``max_entries`` entries or ``max_bytes`` bytes
-    (keys, values and :data:`ENTRY_OVERHEAD` each)."""
+    """Thread-safe LRU of ``nkey -> (raw, deadline, hint)``: ``deadline`` in
+    ``time.monotonic()`` seconds, ``hint`` what the caller keeps to decode ``raw`` fast.
+    It never holds more than ``max_entries`` entries or ``max_bytes`` bytes (keys, values
+    hints that are bytes of their own, and :data:`ENTRY_OVERHEAD` each)."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._data: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        self._data: OrderedDict[str, Entry] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self._seq = 0  # number of the latest invalidation
@@ -105,8 +109,8 @@ class LocalStore:
     def nbytes(self) -> int:
         return self._bytes
 
-    def get(self, nkey: str, now: float) -> bytes | None:
-        """The raw value of a live entry (and mark it recently used), else ``None``."""
+    def get(self, nkey: str, now: float) -> Entry | None:
+        """A live entry (now marked recently used), else ``None``."""
         with self._lock:
             entry = self._data.get(nkey)
             if entry is None:
@@ -115,16 +119,18 @@ class LocalStore:
                 self._drop(nkey)
                 return None
             self._data.move_to_end(nkey)
-            return entry[0]
+            return entry
 
     def ticket(self) -> int:
         """Capture before asking Redis; hand to :meth:`put` with what Redis answered."""
         return self._seq
 
-    def put(self, nkey: str, raw: bytes, deadline: float, ticket: int) -> bool:
+    def put(self, nkey: str, raw: bytes, deadline: float, ticket: int, hint: Any = None) -> bool:
         """Store ``raw`` unless ``nkey`` was invalidated (or the store cleared) since
         ``ticket`` was taken, or it alone exceeds ``max_bytes``. True when stored."""
         size = len(nkey) + len(raw) + ENTRY_OVERHEAD
+        if isinstance(hint, bytes) and hint is not raw:
+            size += len(hint)
         with self._lock:
             if ticket < self._floor or self._marks.get(nkey, -1) > ticket:
                 return False
@@ -132,7 +138,7 @@ class LocalStore:
                 return False
             if nkey in self._data:
                 self._drop(nkey)
-            self._data[nkey] = (raw, deadline)
+            self._data[nkey] = (raw, deadline, hint, size)
             self._bytes += size
             while len(self._data) > self.max_entries or self._bytes > self.max_bytes:
                 self._drop(next(iter(self._data)))
@@ -161,5 +167,4 @@ class LocalStore:
             self._bytes = 0
 
     def _drop(self, nkey: str) -> None:
-        raw, _ = self._data.pop(nkey)
-        self._bytes -= len(nkey) + len(raw) + ENTRY_OVERHEAD
+        self._bytes -= self._data.pop(nkey)[3]
