@@ -63,7 +63,7 @@ class NearCache:
     # --- the hit path -----------------------------------------------------------------
 
     def lookup(self, nkey: str) -> Entry | None:
-        """The entry held locally for ``nkey`` (decode it with :meth:`value`), or ``None``
+        """The entry held locally for ``nkey`` (``decode(entry[2])`` is its value), or ``None``
         (then call :meth:`fetch`)."""
         listener = self.listener
         now = time.monotonic()
@@ -71,19 +71,19 @@ class NearCache:
             return None
         return self.store.get(nkey, now)
 
-    def value(self, entry: Entry) -> Any:
-        """The value of a live entry, as ``get`` returns it: a fresh copy of a mutable
+    def decode(self, hint: Any) -> Any:
+        """The value behind a decode hint, as ``get`` returns it: a fresh copy of a mutable
         value (deserialized on each hit, like any cache read), an int as is."""
-        hint = entry[2]
         if hint.__class__ is tuple:
             return hint[0]
         return self._loads(hint)
 
     # --- a miss -----------------------------------------------------------------------
 
-    def fetch(self, nkey: str) -> bytes | None:
+    def fetch(self, nkey: str) -> tuple[bytes, Any] | None:
         """GET ``nkey`` from Redis (one round trip), keeping it locally when that is safe
-        (module docstring). ``None``: no such key. Redis errors propagate."""
+        (module docstring): ``(raw, decode hint)``, or ``None`` when there is no such key.
+        Redis errors propagate."""
         listener = self.listener or self._start()
         ticket = self.store.ticket()
         epoch = listener.epoch
@@ -103,11 +103,12 @@ class NearCache:
         if not reply:
             return None
         raw, pttl = reply[0], int(reply[1])
+        hint = _hint(raw)
         if tracked and listener.epoch == epoch and listener.ready:
             deadline = self._deadline(raw, pttl)
             if deadline is not None:
-                self.store.put(nkey, raw, deadline, ticket, _hint(raw))
-        return raw
+                self.store.put(nkey, raw, deadline, ticket, hint)
+        return raw, hint
 
     def _deadline(self, raw: bytes, pttl: int) -> float | None:
         """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
@@ -211,10 +212,11 @@ def _hint(raw: bytes) -> Any:
     returned as is), else the serialized payload (an envelope's without its header)."""
     if envelope.is_envelope(raw):
         return raw[envelope.HEADER_LEN:]
-    try:
-        return (int(raw),)
-    except ValueError:
-        return raw
+    first = raw[:1]
+    if first and (first in b"+-0123456789" or first.isspace()):  # what int() may accept
+        with contextlib.suppress(ValueError):
+            return (int(raw),)
+    return raw
 
 
 def _tracked_pool(base: Any) -> Any:

@@ -5,7 +5,8 @@ It wraps the class's own methods (so the class body stays as it is). With
 attribute test before the backend's own method. With it set:
 
 * ``get`` and ``get_or_set`` answer from process memory when they can, and fill it on a
-  miss (:class:`.near.NearCache`);
+  miss (:class:`.near.NearCache`); ``aget`` answers local hits, its misses read Redis
+  on redis.asyncio without filling;
 * every write this process makes through the cache API drops the local entries it
   touches *after* Redis acknowledged it (also when it raised: it may have run) and
   before it returns, so this process reads its own writes. Writes the API cannot name
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django_redis.client import DefaultClient
 
+from . import envelope
 from .codec import MISSING
 from .failures import REDIS_ERRORS
 from .near import NearCache
@@ -46,6 +48,7 @@ def with_near_cache(cls: type[T]) -> type[T]:
     wrapped: dict[str, Callable[..., Any]] = {
         "get": _get(cls.get),  # type: ignore[attr-defined]
         "get_or_set": _get_or_set(cls.get_or_set),  # type: ignore[attr-defined]
+        "aget": _aget(cls.aget),  # type: ignore[attr-defined]
     }
     for name, method in wrapped.items():
         setattr(cls, name, method)
@@ -64,16 +67,31 @@ def _get(orig: Callable[..., Any]) -> Callable[..., Any]:
         nkey = self.make_key(key, version=version)
         entry = near.lookup(nkey)
         if entry is not None:  # the hit path: no Redis, one deserialization
-            return near.value(entry)
+            return near.decode(entry[2])
         try:
-            raw = near.fetch(nkey)
+            found = near.fetch(nkey)
         except REDIS_ERRORS as exc:
             return self._degraded("get", exc, default)
-        if raw is None:
+        if found is None:
             return default
-        return self._codec.visible(raw, default)
+        if envelope.is_envelope(found[0]):  # a get_or_set value: maybe stale already
+            return self._codec.visible(found[0], default)
+        return near.decode(found[1])
 
     return get
+
+
+def _aget(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    async def aget(self: Any, key: Any, default: Any = None, version: int | None = None) -> Any:
+        near: NearCache | None = self._near
+        if near is not None and near.wants(key):
+            entry = near.lookup(self.make_key(key, version=version))
+            if entry is not None:  # a local hit; a miss reads Redis as without NEAR_CACHE
+                return near.decode(entry[2])
+        return await orig(self, key, default, version)
+
+    return aget
 
 
 def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,9 +106,10 @@ def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
         raw = None if entry is None else entry[0]
         if raw is None:
             try:
-                raw = near.fetch(nkey)
+                found = near.fetch(nkey)
             except REDIS_ERRORS:
-                raw = None  # the backend's own path reports it
+                found = None  # the backend's own path reports it
+            raw = None if found is None else found[0]
         if raw is not None:
             hit = self._codec.fresh(raw, self._flight.policy.beta)
             if hit is not MISSING:

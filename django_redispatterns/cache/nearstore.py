@@ -21,7 +21,7 @@ from ..exceptions import ConfigurationError
 #: Bytes counted for each entry on top of its key and value (dict slot, tuple, floats).
 ENTRY_OVERHEAD = 120
 #: Invalidation marks kept per store (see the module docstring).
-MAX_MARKS = 65536
+MAX_MARKS = 8192
 
 _KNOWN = ("MAX_ENTRIES", "MAX_BYTES", "PREFIXES", "MAX_LOCAL_TTL")
 
