@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
+from datetime import datetime, timedelta
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -112,6 +113,9 @@ WRITES: dict[str, Callable[[Any], Any]] = {
     "delete": lambda c: c.delete("k"),
     "touch": lambda c: c.touch("k", 60),
     "expire": lambda c: c.expire("k", 60),
+    "pexpire": lambda c: c.pexpire("k", 60_000),
+    "expire_at": lambda c: c.expire_at("k", datetime.now() + timedelta(minutes=1)),
+    "pexpire_at": lambda c: c.pexpire_at("k", datetime.now() + timedelta(minutes=1)),
     "clear": lambda c: c.clear(),
     "set_many": lambda c: c.set_many({"k": "new", "other": 1}, 60),
     "delete_many": lambda c: c.delete_many(["k", "other"]),
@@ -119,6 +123,9 @@ WRITES: dict[str, Callable[[Any], Any]] = {
     "delete_pattern": lambda c: c.delete_pattern("k*"),
     "aset": lambda c: asyncio.run(c.aset("k", "new", 60)),
     "adelete": lambda c: asyncio.run(c.adelete("k")),
+    "aadd (refused)": lambda c: asyncio.run(c.aadd("k", "new", 60)),
+    "atouch": lambda c: asyncio.run(c.atouch("k", 60)),
+    "aget_or_set (a hit)": lambda c: asyncio.run(c.aget_or_set("k", "new", 60)),
 }
 
 
@@ -128,8 +135,23 @@ def test_own_write_drops_the_local_entry_before_returning(cache: Any, write: str
     mute(cache)
     WRITES[write](cache)
     assert not held(cache, "k")
-    keeps_value = write in ("add (refused)", "touch", "expire")
+    keeps_value = write in ("add (refused)", "touch", "expire", "pexpire", "expire_at",
+                            "pexpire_at", "aadd (refused)", "atouch", "aget_or_set (a hit)")
     assert (cache.get("k") == "old") is keeps_value
+
+
+def test_persist_drops_the_local_entry(server: RedisServer) -> None:
+    cache = near_cache(server.url, ALLOW_NO_TTL=True)
+    try:
+        cached_locally(cache, "k", "v")
+        mute(cache)
+        cache.persist("k")
+        assert not held(cache, "k")
+        assert cache.get("k") == "v"
+        assert held(cache, "k")  # now without a TTL: only an invalidation drops it
+        cache.delete("k")
+    finally:
+        cache._near.stop()
 
 
 def test_incr_and_decr_are_read_back(cache: Any) -> None:
