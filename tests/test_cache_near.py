@@ -311,6 +311,17 @@ def test_nothing_is_stored_while_the_channel_is_down(cache: Any, server: RedisSe
     assert not held(cache, "k")
 
 
+def test_a_fill_on_a_dropped_pooled_connection_is_sent_again(cache: Any,
+                                                            server: RedisServer) -> None:
+    """Plain reads survive a dropped pooled socket (redis-py retries them); so do fills."""
+    cache.set("k", "v", 60)
+    cache.get("k")  # pools a fill connection
+    cache._near.forget_all()
+    server.client().client_kill_filter(_type="normal")  # not the channel (pubsub)
+    assert cache.get("k") == "v"
+    assert cache._near.listener.losses == 0
+
+
 def test_server_restart_empties_the_local_cache(cache: Any, server: RedisServer) -> None:
     cached_locally(cache, "k", "old")
     listener = cache._near.listener
