@@ -1,4 +1,4 @@
-"""Django signals for the events operators care about (SPEC section 8).
+"""Django signals for the events operators care about.
 
 Every signal is sent with ``sender`` = the class or module that decided, plus the
 keyword arguments listed next to it. Receivers must be cheap: most are sent on the

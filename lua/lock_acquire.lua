@@ -5,9 +5,9 @@
 -- ARGV[3] fencing counter TTL in ms, ARGV[4] owner metadata (JSON, informational)
 -- Returns {1, fence_1, ..., fence_n} (decimal strings) when every lock is now ours;
 --         {0, i, pttl} when KEYS[i] is held by another owner (pttl: its remaining lease).
--- Safe to run twice (SPEC D4): a lock that already holds our token counts as ours, and
+-- Safe to run twice (no silent duplicate writes): a lock that already holds our token counts as ours, and
 -- its fencing token is returned again rather than a new one.
--- Fencing (SPEC D2): fence = max(last + 1, server TIME in microseconds), so tokens keep
+-- Fencing: fence = max(last + 1, server TIME in microseconds), so tokens keep
 -- rising after the counter expires or a failover loses the last increment.
 local n = #KEYS / 2
 local token = ARGV[1]

@@ -4,7 +4,7 @@
 -- ARGV[1]: 'c' create (fails when the key exists) or 'u' update (fails when it does not);
 -- ARGV[2]: encoded session data; ARGV[3]: TTL in ms (<= 0: the session expires at once);
 -- ARGV[4]: sid (index member); ARGV[5]: '1' index it under KEYS[2], '0' remove it from there;
--- ARGV[6]: create request id (SPEC D4: a re-sent create finds its own key and succeeds);
+-- ARGV[6]: create request id (a re-sent create finds its own key and succeeds);
 -- ARGV[7]: '1' record activity (a = now) with ARGV[8] ip and ARGV[9] user agent, else '0'.
 -- Returns 1 when saved, 0 when a create collided or an update found no live session
 -- (an update never recreates a session deleted meanwhile: no resurrection).

@@ -1,5 +1,5 @@
 """The cache backend: Django/django-redis API, TTL discipline, counters, clear, async,
-@cached, invalidate_on_commit, bad input and Redis-down behaviour (SPEC 2, issue 4)."""
+@cached, invalidate_on_commit, bad input and Redis-down behaviour."""
 
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def test_ten_megabyte_values(cache: Any) -> None:
     assert cache.get("big2") == big
 
 
-# --- TTL discipline (SPEC D1) ----------------------------------------------------------
+# --- TTL discipline (every key has a TTL) ---------------------------------------------------------
 
 
 def test_timeout_none_raises_missing_ttl_error(cache: Any, redis_client: redis.Redis) -> None:
@@ -393,7 +393,7 @@ def test_invalidate_on_commit_waits_for_the_commit(cache: Any) -> None:
     assert cache.get("user:1") is None
 
 
-# --- Redis down (SPEC D3) ---------------------------------------------------------------
+# --- Redis down (the Redis-unusable policy) -------------------------------------------------------
 
 
 def test_redis_down_with_ignore_exceptions_reads_miss_and_callable_runs(
@@ -485,5 +485,5 @@ def test_async_raising_computer_releases_the_lock_at_once(
         return value, time.monotonic() - started
 
     value, seconds = asyncio.run(run())
-    assert value == "second try" and seconds < 1  # no lease to wait out
+    assert value == "second try" and seconds < 5  # no lease (10 s) to wait out
     assert not list(redis_client.scan_iter(match=f"{PREFIX}:*rp-lock*"))

@@ -48,7 +48,7 @@ VARIANTS = ["sqlite", "sqlite_gzip", "sqlite_herd", "sqlite_json", "sqlite_lz4",
 DEVIATIONS = {
     # Relies on clear() being FLUSHDB: it expects a key of *another* cache alias
     # (KEY_PREFIX "*", written by an earlier test) to be gone. Our clear() deletes only its
-    # own prefix (SPEC 2, issue 4: clear() never wipes sessions, locks or other prefixes).
+    # own prefix (clear() never wipes sessions, locks or other prefixes).
     "test_custom_key_function": "clear() is scoped to KEY_PREFIX (deliberate)",
     # Fails with plain django-redis too: msgpack decodes an IntEnum as a plain int.
     "test_intenum and sqlite_msgpack": "upstream",

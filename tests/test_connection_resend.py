@@ -1,4 +1,4 @@
-"""``resend=False`` clients (SPEC D4's "retries off" remedy): a call that timed out is
+"""``resend=False`` clients (the "retries off" remedy for silent re-sends): a call that timed out is
 never sent again, on URL connections and on django-redis CACHES aliases, sync and async."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC D3 for sessions: Redis down means 503 and the session cookie left alone.
+"""Sessions when Redis is unusable: Redis down means 503 and the session cookie left alone.
 
 Each test runs the session engine on a throwaway redis-server that it kills or pauses,
 through Django's real ``SessionMiddleware`` and ``AuthenticationMiddleware``.

@@ -283,15 +283,23 @@ def test_ten_thousand_sessions_are_revoked_in_batches(own_redis: redis.Redis) ->
     keeper[SESSION_KEY] = str(user.pk)
     keeper.save()
     own_redis.slowlog_reset()
+    own_redis.config_resetstat()
     started = time.monotonic()
     assert logout_everywhere(user, keep=keeper.session_key) == 10_000
     elapsed = time.monotonic() - started
-    assert elapsed < 20, elapsed
+    assert elapsed < 60, elapsed
+    # batched: many bounded script calls (10,000 sessions in batches of at most a few
+    # hundred), not one call that blocks the server for all of them
+    scripts_run = sum(
+        stats["calls"] for name, stats in own_redis.info("commandstats").items()
+        if name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+    assert scripts_run >= 10, scripts_run
     assert indexed(own_redis, user) == {session_handle(keeper.session_key or "")}
     assert live_data_keys(own_redis, user) == indexed(own_redis, user)
-    # batched: no single call took long enough to reach the slow log's default 10 ms
+    # and no single call came near a second of server time, even on a loaded machine
     slow = own_redis.slowlog_get(128)
-    assert all(e["duration"] < 100_000 for e in slow), slow  # microseconds
+    assert all(e["duration"] < 1_000_000 for e in slow), slow  # microseconds
 
 
 # --- password change ---------------------------------------------------------------------

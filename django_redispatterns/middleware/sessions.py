@@ -1,4 +1,4 @@
-"""``SessionActivityMiddleware``: device metadata for the session index, and SPEC D3.
+"""``SessionActivityMiddleware``: device metadata for the session index; 503 when Redis is unusable.
 
 Install it directly **above** Django's ``SessionMiddleware`` (recommended; below it keeps
 the same guarantees; the system check ``redispatterns.E009`` fires when ``SessionMiddleware``
@@ -51,7 +51,7 @@ RETRY_AFTER_SECONDS = 5
 def stored_ip(address: str) -> str:
     """The client address as ``SESSIONS["IP_STORAGE"]`` says to keep it.
 
-    ``"truncate"``: the /24 (IPv4) or /48 (IPv6) network; ``"hash"``: a keyed hash (SPEC D6);
+    ``"truncate"``: the /24 (IPv4) or /48 (IPv6) network; ``"hash"``: a keyed hash;
     ``"none"``: nothing. Unparsable addresses are kept as ``""``.
     """
     mode = get_config().feature("SESSIONS")["IP_STORAGE"]
