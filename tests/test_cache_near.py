@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
-from datetime import datetime, timedelta
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -125,7 +125,6 @@ WRITES: dict[str, Callable[[Any], Any]] = {
     "adelete": lambda c: asyncio.run(c.adelete("k")),
     "aadd (refused)": lambda c: asyncio.run(c.aadd("k", "new", 60)),
     "atouch": lambda c: asyncio.run(c.atouch("k", 60)),
-    "aget_or_set (a hit)": lambda c: asyncio.run(c.aget_or_set("k", "new", 60)),
 }
 
 
@@ -136,7 +135,7 @@ def test_own_write_drops_the_local_entry_before_returning(cache: Any, write: str
     WRITES[write](cache)
     assert not held(cache, "k")
     keeps_value = write in ("add (refused)", "touch", "expire", "pexpire", "expire_at",
-                            "pexpire_at", "aadd (refused)", "atouch", "aget_or_set (a hit)")
+                            "pexpire_at", "aadd (refused)", "atouch")
     assert (cache.get("k") == "old") is keeps_value
 
 
@@ -186,6 +185,34 @@ def test_aget_answers_local_hits_and_reads_its_own_async_writes(cache: Any) -> N
         return seen
 
     assert asyncio.run(scenario()) == ["old", "new"]
+
+
+def test_aget_fills_and_aget_or_set_stores_are_read_back(cache: Any) -> None:
+    mute(cache)
+
+    async def scenario() -> list[Any]:
+        await cache.aset("a", "v", 60)
+        seen = [await cache.aget("a"), held(cache, "a"), await cache.aget("a")]
+        seen.append(await cache.aget_or_set("g", lambda: "computed", 60))
+        seen.append(await cache.aget("g"))  # fills
+        seen.append(held(cache, "g"))
+        seen.append(await cache.aget_or_set("g", lambda: "unused", 60))  # a local hit
+        await cache.adelete("g")
+        seen.append(await cache.aget_or_set("g", lambda: "again", 60))
+        seen.append(cache.get("g"))
+        return seen
+
+    assert asyncio.run(scenario()) == ["v", True, "v", "computed", "computed", True,
+                                       "computed", "again", "again"]
+
+
+def test_an_async_fill_is_invalidated_by_another_client(cache: Any, server: RedisServer) -> None:
+    cache.set("k", "old", 60)
+    assert asyncio.run(cache.aget("k")) == "old"
+    assert held(cache, "k")
+    make_cache(server.url).set("k", "new", 60)
+    wait_for(lambda: not held(cache, "k"), WAIT, "the invalidation")
+    assert asyncio.run(cache.aget("k")) == "new"
 
 
 # --- 2. other processes' writes arrive through the channel ------------------------------

@@ -18,6 +18,7 @@ speak RESP2); other setups raise :class:`ConfigurationError` at the first near r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.asyncio
 from django_redis.compressors.identity import IdentityCompressor
 from django_redis.exceptions import CompressorError
 from redis.exceptions import NoScriptError
@@ -58,6 +60,8 @@ class NearCache:
         self.listener: Listener | None = None
         self._script = script("cache_near_get")
         self._loads: Callable[[bytes], Any] = lambda payload: None
+        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary())
         _all.add(self)
 
     # --- the hit path -----------------------------------------------------------------
@@ -100,6 +104,41 @@ class NearCache:
             raise
         finally:
             pool.release(conn)
+        return self._keep(nkey, reply, tracked, listener, epoch, ticket)
+
+    async def afetch(self, nkey: str, aclient: Any) -> tuple[bytes, Any] | None:
+        """:meth:`fetch` on redis.asyncio (``aclient``: the backend's client on this loop)."""
+        listener = self.listener or self._start()
+        ticket = self.store.ticket()
+        epoch = listener.epoch
+        ready = listener.ready
+        pool = self._apool(aclient)
+        conn = await pool.get_connection()
+        try:
+            if ready and conn.rp_epoch != epoch:
+                client_id = listener.client_id
+                if client_id is not None:
+                    await conn.send_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id)
+                    with contextlib.suppress(redis.ResponseError):  # see _track
+                        await conn.read_response()
+                        conn.rp_epoch = epoch
+            try:
+                await conn.send_command("EVALSHA", self._script.sha, 1, nkey)
+                reply = await conn.read_response()
+            except NoScriptError:
+                await conn.send_command("EVAL", self._script.source, 1, nkey)
+                reply = await conn.read_response()
+            tracked = conn.rp_epoch == epoch
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
+        return self._keep(nkey, reply, tracked, listener, epoch, ticket)
+
+    def _keep(self, nkey: str, reply: Any, tracked: bool, listener: Listener, epoch: int,
+              ticket: int) -> tuple[bytes, Any] | None:
+        """A fill's answer: stored locally when that is safe (module docstring)."""
         if not reply:
             return None
         raw, pttl = reply[0], int(reply[1])
@@ -109,6 +148,21 @@ class NearCache:
             if deadline is not None:
                 self.store.put(nkey, raw, deadline, ticket, hint)
         return raw, hint
+
+    def _apool(self, aclient: Any) -> Any:
+        """This loop's pool of tracking connections, like ``aclient``'s."""
+        loop = asyncio.get_running_loop()
+        pool = self._apools.get(loop)
+        if pool is None:
+            base = aclient.connection_pool
+            kwargs = {k: v for k, v in base.connection_kwargs.items()
+                      if "maint_notifications" not in k}
+            kwargs["protocol"] = 2
+            pool = self._apools[loop] = redis.asyncio.BlockingConnectionPool(
+                connection_class=tracked_class(base.connection_class, aio=True),
+                max_connections=base.max_connections,
+                timeout=getattr(base, "timeout", None), **kwargs)
+        return pool
 
     def _deadline(self, raw: bytes, pttl: int) -> float | None:
         """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
@@ -203,6 +257,7 @@ class NearCache:
         # The thread did not survive the fork and its connection is the parent's.
         self.listener = None
         self._pool = None
+        self._apools = weakref.WeakKeyDictionary()
         self._setup = threading.Lock()
         self.store.clear()
 

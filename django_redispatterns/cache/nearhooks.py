@@ -5,8 +5,8 @@ It wraps the class's own methods (so the class body stays as it is). With
 attribute test before the backend's own method. With it set:
 
 * ``get`` and ``get_or_set`` answer from process memory when they can, and fill it on a
-  miss (:class:`.near.NearCache`); ``aget`` answers local hits, its misses read Redis
-  on redis.asyncio without filling;
+  miss (:class:`.near.NearCache`); so do ``aget`` (filling on redis.asyncio) and
+  ``aget_or_set`` (local hits only; its misses take the usual path);
 * every write this process makes through the cache API drops the local entries it
   touches *after* Redis acknowledged it (also when it raised: it may have run) and
   before it returns, so this process reads its own writes. Writes the API cannot name
@@ -39,7 +39,6 @@ _WRITES = {
     "persist": "key", "delete_many": "keys", "set_many": "data", "clear": "all",
     "delete_pattern": "all", "incr_version": "all",
     "aset": "key", "aadd": "key", "adelete": "key", "atouch": "key", "aincr": "key",
-    "aget_or_set": "key",
 }
 
 
@@ -49,6 +48,7 @@ def with_near_cache(cls: type[T]) -> type[T]:
         "get": _get(cls.get),  # type: ignore[attr-defined]
         "get_or_set": _get_or_set(cls.get_or_set),  # type: ignore[attr-defined]
         "aget": _aget(cls.aget),  # type: ignore[attr-defined]
+        "aget_or_set": _aget_or_set(cls.aget_or_set),  # type: ignore[attr-defined]
     }
     for name, method in wrapped.items():
         setattr(cls, name, method)
@@ -85,13 +85,47 @@ def _aget(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     async def aget(self: Any, key: Any, default: Any = None, version: int | None = None) -> Any:
         near: NearCache | None = self._near
-        if near is not None and near.wants(key):
-            entry = near.lookup(self.make_key(key, version=version))
-            if entry is not None:  # a local hit; a miss reads Redis as without NEAR_CACHE
-                return near.decode(entry[2])
-        return await orig(self, key, default, version)
+        if near is None or not near.wants(key):
+            return await orig(self, key, default, version)
+        aclient = self._aclients.get()
+        if aclient is None:  # no native asyncio client: django-redis in a thread
+            return await orig(self, key, default, version)
+        nkey = self.make_key(key, version=version)
+        entry = near.lookup(nkey)
+        if entry is not None:
+            return near.decode(entry[2])
+        try:
+            found = await near.afetch(nkey, aclient)
+        except REDIS_ERRORS as exc:
+            return self._degraded("get", exc, default)
+        if found is None:
+            return default
+        if envelope.is_envelope(found[0]):
+            return self._codec.visible(found[0], default)
+        return near.decode(found[1])
 
     return aget
+
+
+def _aget_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    async def aget_or_set(self: Any, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT,
+                          version: int | None = None) -> Any:
+        near: NearCache | None = self._near
+        if near is None or not near.wants(key):
+            return await orig(self, key, default, timeout, version)
+        nkey = self.make_key(key, version=version)
+        entry = near.lookup(nkey)
+        if entry is not None:  # a local hit; a miss takes the usual path, without filling
+            hit = self._codec.fresh(entry[0], self._flight.policy.beta)
+            if hit is not MISSING:
+                return hit
+        try:
+            return await orig(self, key, default, timeout, version)
+        finally:
+            near.forget([nkey])
+
+    return aget_or_set
 
 
 def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:

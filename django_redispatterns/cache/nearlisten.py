@@ -34,16 +34,21 @@ RETRY_MAX = 1.0  # longest wait between reconnection attempts
 
 
 @functools.cache
-def tracked_class(base: type) -> type:
-    """``base`` (a redis-py connection class) whose every (re)connect forgets its tracking
-    setup, so a value read on a fresh socket is stored only after tracking is enabled."""
+def tracked_class(base: type, aio: bool = False) -> type:
+    """``base`` (a redis-py connection class; ``aio``: a redis.asyncio one) whose every
+    (re)connect forgets its tracking setup, so a value read on a fresh socket is stored
+    only after tracking is enabled on it."""
 
     def on_connect(self: Any) -> None:
         self.rp_epoch = None
         base.on_connect(self)  # type: ignore[attr-defined]
 
-    return type(f"NearTracked{base.__name__}", (base,), {"on_connect": on_connect,
-                                                       "rp_epoch": None})
+    async def aon_connect(self: Any) -> None:
+        self.rp_epoch = None
+        await base.on_connect(self)  # type: ignore[attr-defined]
+
+    return type(f"NearTracked{base.__name__}", (base,),
+                {"on_connect": aon_connect if aio else on_connect, "rp_epoch": None})
 
 
 class Listener:
