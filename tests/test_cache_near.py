@@ -330,6 +330,21 @@ def test_killed_channel_empties_and_bypasses_until_back(cache: Any,
     assert cache.get("k") == "new"
 
 
+def test_a_refused_tracking_redirect_renews_the_channel(cache: Any) -> None:
+    """The read connections reach a server that does not know the channel (here: the
+    channel's id is made unknown): the channel is renewed, then tracking works again."""
+    listener = cache._near.listener
+    cache.set("k", "v", 60)
+    cache._near.forget_all()
+    cache._near._pool.disconnect()  # fill connections set tracking up again
+    listener.client_id = 10**9
+    assert cache.get("k") == "v"
+    assert not held(cache, "k")
+    wait_for(lambda: listener.losses == 1 and listener.ready, WAIT, "a renewed channel")
+    assert cache.get("k") == "v"
+    assert held(cache, "k")
+
+
 def test_nothing_is_stored_while_the_channel_is_down(cache: Any, server: RedisServer) -> None:
     listener = cache._near.listener
     listener.lose("test")  # as the thread does when the connection drops

@@ -119,9 +119,11 @@ class NearCache:
                 client_id = listener.client_id
                 if client_id is not None:
                     await conn.send_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id)
-                    with contextlib.suppress(redis.ResponseError):  # see _track
+                    try:
                         await conn.read_response()
                         conn.rp_epoch = epoch
+                    except redis.ResponseError as exc:
+                        listener.refused(epoch, exc)
             try:
                 await conn.send_command("EVALSHA", self._script.sha, 1, nkey)
                 reply = await conn.read_response()
@@ -193,8 +195,9 @@ class NearCache:
         conn.send_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id)
         try:
             conn.read_response()
-        except redis.ResponseError:
-            return  # the channel's connection is gone already; it will be noticed
+        except redis.ResponseError as exc:
+            listener.refused(epoch, exc)
+            return
         conn.rp_epoch = epoch
 
     def _loader(self) -> Callable[[bytes], Any]:

@@ -93,6 +93,17 @@ class Listener:
             conn.disconnect()
         self._thread.join(timeout=5)
 
+    def refused(self, epoch: int, exc: BaseException) -> None:
+        """A read connection's ``CLIENT TRACKING ... REDIRECT`` was refused in ``epoch``:
+        this server does not know the channel's connection (it was killed, or the read
+        connections now reach another server). Lose the channel and subscribe again."""
+        if epoch != self.epoch:
+            return  # that channel is gone already
+        self.lose(f"tracking redirect refused: {exc}")
+        conn = self._conn
+        if conn is not None:
+            conn.disconnect()  # the thread's read fails, and it connects again
+
     def lose(self, why: str) -> None:
         """The channel is gone: bypass and empty the local store until it is back."""
         with self._lock:
