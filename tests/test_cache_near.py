@@ -481,3 +481,18 @@ def test_redis_errors_follow_ignore_exceptions(server: RedisServer) -> None:
             strict.get("missing")
         finally:
             strict._near.stop()
+
+
+# --- topologies not supported yet -------------------------------------------------------
+
+@pytest.mark.parametrize("topology", ["cluster_url", "sentinel_url"])
+def test_cluster_and_sentinel_are_refused_with_a_clear_error(
+        topology: str, request: pytest.FixtureRequest) -> None:
+    from django_redispatterns.cache import RedisCache
+
+    url = request.getfixturevalue(topology)
+    cache = RedisCache([url], {"KEY_PREFIX": "near-topology", "TIMEOUT": 60, "OPTIONS": {
+        "CONNECTION_FACTORY": "django_redispatterns.connection.ConnectionFactory",
+        "SOCKET_TIMEOUT": 2, "NEAR_CACHE": {}}})
+    with pytest.raises(ConfigurationError, match="NEAR_CACHE"):
+        cache.get("k")
