@@ -483,16 +483,50 @@ def test_redis_errors_follow_ignore_exceptions(server: RedisServer) -> None:
             strict._near.stop()
 
 
-# --- topologies not supported yet -------------------------------------------------------
+# --- topologies ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("topology", ["cluster_url", "sentinel_url"])
-def test_cluster_and_sentinel_are_refused_with_a_clear_error(
-        topology: str, request: pytest.FixtureRequest) -> None:
+FACTORY = "django_redispatterns.connection.ConnectionFactory"
+
+
+def topology_cache(url: str, near: bool = True) -> Any:
     from django_redispatterns.cache import RedisCache
 
-    url = request.getfixturevalue(topology)
-    cache = RedisCache([url], {"KEY_PREFIX": "near-topology", "TIMEOUT": 60, "OPTIONS": {
-        "CONNECTION_FACTORY": "django_redispatterns.connection.ConnectionFactory",
-        "SOCKET_TIMEOUT": 2, "NEAR_CACHE": {}}})
+    options: dict[str, Any] = {"CONNECTION_FACTORY": FACTORY, "SOCKET_TIMEOUT": 2,
+                               "SOCKET_CONNECT_TIMEOUT": 2}
+    if near:
+        options["NEAR_CACHE"] = {}
+    return RedisCache([url], {"KEY_PREFIX": "near-topology", "TIMEOUT": 60,
+                              "OPTIONS": options})
+
+
+def test_cluster_is_refused_with_a_clear_error(cluster_url: str) -> None:
     with pytest.raises(ConfigurationError, match="NEAR_CACHE"):
-        cache.get("k")
+        topology_cache(cluster_url).get("k")
+
+
+@pytest.mark.timeout(180)
+def test_sentinel_near_cache_follows_a_failover(
+        sentinel_factory: Callable[[], Any]) -> None:
+    """Through Sentinel the near cache works as on one server; after a failover the
+    channel moves to the new primary: the local cache is emptied, and entries filled
+    afterwards are invalidated by writes on the new primary."""
+    topology = sentinel_factory()
+    cache, other = topology_cache(topology.url), topology_cache(topology.url, near=False)
+    try:
+        assert cache._near._start().wait_ready(WAIT)
+        cached_locally(cache, "k", "before")
+        other.set("k", "changed", 60)
+        wait_for(lambda: not held(cache, "k"), WAIT, "an invalidation through Sentinel")
+        cached_locally(cache, "k", "before")
+        listener = cache._near.listener
+        topology.failover()
+        other.set("k", "after", 60)  # on the new primary
+        wait_for(lambda: cache.get("k") == "after", 30, "the new primary's value")
+        assert listener.losses >= 1
+        wait_for(lambda: listener.ready, WAIT, "the channel on the new primary")
+        cached_locally(cache, "k", "after")
+        other.set("k", "newest", 60)
+        wait_for(lambda: not held(cache, "k"), WAIT, "an invalidation on the new primary")
+        assert cache.get("k") == "newest"
+    finally:
+        cache._near.stop()

@@ -12,8 +12,9 @@ never outlives the key in Redis. The value is stored (:mod:`.nearstore`) only wh
 * it is not a ``get_or_set`` value already past its soft expiry (its deadline is capped
   at the soft expiry as well, so a stale value is never served from memory).
 
-Only the single-server ``DefaultClient`` is supported (the near cache's own connections
-speak RESP2); other setups raise :class:`ConfigurationError` at the first near read.
+Single-server and Sentinel locations with django-redis's ``DefaultClient`` are supported
+(the near cache's own connections speak RESP2); Redis Cluster raises
+:class:`ConfigurationError` at the first near read.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import threading
 import time
 import weakref
@@ -33,6 +35,7 @@ import redis.asyncio
 from django_redis.compressors.identity import IdentityCompressor
 from django_redis.exceptions import CompressorError
 from redis.exceptions import NoScriptError
+from redis.sentinel import SentinelConnectionPool
 
 from ..connection import is_cluster
 from ..exceptions import ConfigurationError
@@ -41,7 +44,7 @@ from . import envelope
 from .nearlisten import SILENT_LIMIT, Listener, tracked_class
 from .nearstore import Entry, LocalStore, NearConfig
 
-_SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool)
+_SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool, SentinelConnectionPool)
 _all: weakref.WeakSet[NearCache] = weakref.WeakSet()
 
 
@@ -53,7 +56,7 @@ class NearCache:
         self._owner = owner
         self.config = config
         self.wants = config.wants
-        self._name = name
+        self._name = re.sub(r"//[^@/]*@", "//***@", name)  # no credentials in logs
         self.store = LocalStore(config.max_entries, config.max_bytes)
         self._setup = threading.Lock()
         self._pool: Any = None
@@ -62,6 +65,8 @@ class NearCache:
         self._loads: Callable[[bytes], Any] = lambda payload: None
         self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary())
+        self._watch: Any = None
+        self._watch_gen = 0
         _all.add(self)
 
     # --- the hit path -----------------------------------------------------------------
@@ -73,7 +78,15 @@ class NearCache:
         now = time.monotonic()
         if listener is None or not listener.ready or now - listener.heard >= SILENT_LIMIT:
             return None
+        if self._watch is not None and self._watch.generation != self._watch_gen:
+            self._primary_moved(listener)
+            return None
         return self.store.get(nkey, now)
+
+    def _primary_moved(self, listener: Listener) -> None:
+        """Sentinel moved the primary: what the channel hears is no longer what fills read."""
+        self._watch_gen = self._watch.generation
+        listener.renew("the Sentinel primary moved")
 
     def decode(self, hint: Any) -> Any:
         """The value behind a decode hint, as ``get`` returns it: a fresh copy of a mutable
@@ -89,6 +102,8 @@ class NearCache:
         (module docstring): ``(raw, decode hint)``, or ``None`` when there is no such key.
         Redis errors propagate."""
         listener = self.listener or self._start()
+        if self._watch is not None and self._watch.generation != self._watch_gen:
+            self._primary_moved(listener)
         ticket = self.store.ticket()
         epoch = listener.epoch
         ready = listener.ready
@@ -229,15 +244,15 @@ class NearCache:
         with self._setup:
             if self.listener is None:
                 base = self._owner.client.get_client(write=True)
-                self._pool = _tracked_pool(base)
+                self._pool, channel = _pools(base)
                 self._loads = self._loader()
-                kwargs = dict(self._pool.connection_kwargs)
-                kwargs["socket_timeout"] = None  # the listener waits with can_read()
-                kwargs.pop("client_name", None)
-                plain = self._pool.connection_class.__mro__[1]
+                # A Sentinel pool that follows failovers (ours) has a watch whose
+                # generation moves with the primary: the channel then moves too.
+                self._watch = getattr(self._pool, "_watch", None)
+                self._watch_gen = getattr(self._watch, "generation", 0)
 
                 def connect() -> Any:
-                    conn = plain(**kwargs)
+                    conn = channel.make_connection()
                     conn.connect()
                     return conn
 
@@ -277,24 +292,38 @@ def _hint(raw: bytes) -> Any:
     return raw
 
 
-def _tracked_pool(base: Any) -> Any:
-    """A pool like ``base``'s (same server, options and size) whose connections can track."""
+def _pools(base: Any) -> tuple[Any, Any]:
+    """Two pools like ``base``'s (same server or Sentinel service, same options): the fills'
+    (connections that can track, same size) and the channel's (no socket timeout: it
+    waits with ``can_read``)."""
     if is_cluster(base):
         raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] does not support Redis "
                                  "Cluster yet; remove NEAR_CACHE for this cache.")
     pool = base.connection_pool
-    if type(pool) not in _SUPPORTED_POOLS:
+    if not isinstance(pool, _SUPPORTED_POOLS):
         raise ConfigurationError(
-            "CACHES OPTIONS['NEAR_CACHE'] needs a single-server LOCATION (redis:// or "
-            f"unix://); this cache's connection pool is {type(pool).__name__}.")
-    kwargs = dict(pool.connection_kwargs)
+            "CACHES OPTIONS['NEAR_CACHE'] needs a single-server or Sentinel LOCATION; this "
+            f"cache's connection pool is {type(pool).__name__}.")
     # RESP2 whatever the cache's own connections speak: invalidations then arrive as
     # Pub/Sub messages on the channel's connection, and replies carry no push frames.
     # (redis-py's maintenance notifications are RESP3-only: leave them to the cache's own.)
-    kwargs = {k: v for k, v in kwargs.items() if "maint_notifications" not in k}
+    kwargs = {k: v for k, v in pool.connection_kwargs.items()
+              if "maint_notifications" not in k and k != "connection_pool"}
     kwargs["protocol"] = 2
-    return type(pool)(connection_class=tracked_class(pool.connection_class),
-                      max_connections=pool.max_connections, **kwargs)
+    fills = _like(pool, tracked_class(pool.connection_class), kwargs)
+    kwargs.pop("client_name", None)
+    channel = _like(pool, pool.connection_class, {**kwargs, "socket_timeout": None})
+    return fills, channel
+
+
+def _like(pool: Any, connection_class: type, kwargs: dict[str, Any]) -> Any:
+    if isinstance(pool, SentinelConnectionPool):
+        return type(pool)(pool.service_name, pool.sentinel_manager, is_master=True,
+                          check_connection=pool.check_connection,
+                          connection_class=connection_class,
+                          max_connections=pool.max_connections, **kwargs)
+    return type(pool)(connection_class=connection_class, max_connections=pool.max_connections,
+                      **kwargs)
 
 
 def _reset_after_fork() -> None:

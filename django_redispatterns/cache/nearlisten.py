@@ -97,9 +97,12 @@ class Listener:
         """A read connection's ``CLIENT TRACKING ... REDIRECT`` was refused in ``epoch``:
         this server does not know the channel's connection (it was killed, or the read
         connections now reach another server). Lose the channel and subscribe again."""
-        if epoch != self.epoch:
-            return  # that channel is gone already
-        self.lose(f"tracking redirect refused: {exc}")
+        if epoch == self.epoch:  # else that channel is gone already
+            self.renew(f"tracking redirect refused: {exc}")
+
+    def renew(self, why: str) -> None:
+        """Lose the channel now and let the thread subscribe again (to the current primary)."""
+        self.lose(why)
         conn = self._conn
         if conn is not None:
             conn.disconnect()  # the thread's read fails, and it connects again
