@@ -401,6 +401,28 @@ def test_local_entry_expires_with_the_key(cache: Any) -> None:
     assert cache.get("k") is None
 
 
+def test_a_slow_answer_does_not_stretch_the_local_life(cache: Any, server: RedisServer) -> None:
+    """The PTTL counts from when Redis ran the read, not from when its answer arrived:
+    once the key is gone from Redis, so is the local copy, however late the answer was."""
+    mute(cache)
+    cache.set("k", "v", 0.6)
+    near = cache._near
+    fill = near._eval
+
+    def slow_answer(conn: Any, nkey: str) -> Any:
+        reply = fill(conn, nkey)
+        time.sleep(0.3)  # the answer travels slowly
+        return reply
+
+    near._eval = slow_answer
+    assert cache.get("k") == "v"
+    near._eval = fill
+    client = server.client()
+    wait_for(lambda: not client.exists(str(cache.client.make_key("k"))), WAIT,
+             "the key to expire in Redis", step=0.005)
+    assert not held(cache, "k")
+
+
 def test_touch_shortening_the_ttl_is_followed(cache: Any) -> None:
     cached_locally(cache, "k", "v", timeout=300)
     mute(cache)

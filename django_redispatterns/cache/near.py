@@ -109,6 +109,7 @@ class NearCache:
         ready = listener.ready
         pool = self._pool
         conn = pool.get_connection()
+        started = time.monotonic()  # before Redis reads the PTTL: the copy dies no later
         try:
             if ready and conn.rp_epoch != epoch:
                 self._track(conn, listener, epoch)
@@ -119,7 +120,7 @@ class NearCache:
             raise
         finally:
             pool.release(conn)
-        return self._keep(nkey, reply, tracked, listener, epoch, ticket)
+        return self._keep(nkey, reply, tracked, listener, epoch, ticket, started)
 
     async def afetch(self, nkey: str, aclient: Any) -> tuple[bytes, Any] | None:
         """:meth:`fetch` on redis.asyncio (``aclient``: the backend's client on this loop)."""
@@ -129,6 +130,7 @@ class NearCache:
         ready = listener.ready
         pool = self._apool(aclient)
         conn = await pool.get_connection()
+        started = time.monotonic()
         try:
             if ready and conn.rp_epoch != epoch:
                 client_id = listener.client_id
@@ -151,17 +153,17 @@ class NearCache:
             raise
         finally:
             await pool.release(conn)
-        return self._keep(nkey, reply, tracked, listener, epoch, ticket)
+        return self._keep(nkey, reply, tracked, listener, epoch, ticket, started)
 
     def _keep(self, nkey: str, reply: Any, tracked: bool, listener: Listener, epoch: int,
-              ticket: int) -> tuple[bytes, Any] | None:
+              ticket: int, started: float) -> tuple[bytes, Any] | None:
         """A fill's answer: stored locally when that is safe (module docstring)."""
         if not reply:
             return None
         raw, pttl = reply[0], int(reply[1])
         hint = _hint(raw)
         if tracked and listener.epoch == epoch and listener.ready:
-            deadline = self._deadline(raw, pttl)
+            deadline = self._deadline(raw, pttl, started)
             if deadline is not None:
                 self.store.put(nkey, raw, deadline, ticket, hint)
         return raw, hint
@@ -181,18 +183,17 @@ class NearCache:
                 timeout=getattr(base, "timeout", None), **kwargs)
         return pool
 
-    def _deadline(self, raw: bytes, pttl: int) -> float | None:
+    def _deadline(self, raw: bytes, pttl: int, started: float) -> float | None:
         """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
-        ``None`` when it must not be stored at all."""
-        now = time.monotonic()
+        ``None`` when it must not be stored at all. ``started``: when the read was sent
+        (the PTTL counts from a moment after it)."""
         limit = math.inf if pttl < 0 else pttl / 1000.0
         if self.config.max_local_ttl is not None:
             limit = min(limit, self.config.max_local_ttl)
-        if envelope.is_envelope(raw):
-            limit = min(limit, envelope.times(raw)[0] - time.time())
-        if limit <= 0:
-            return None
-        return now + limit
+        deadline = started + limit
+        if envelope.is_envelope(raw):  # its soft expiry is wall-clock time
+            deadline = min(deadline, time.monotonic() + envelope.times(raw)[0] - time.time())
+        return None if deadline <= time.monotonic() else deadline
 
     def _eval(self, conn: Any, nkey: str) -> Any:
         try:
