@@ -79,6 +79,9 @@ SCHEMA: dict[str, Any] = {
         "IP_STORAGE": ((str,), "truncate"),
         # Seconds between two activity writes (last_activity, ip, user agent) of one session.
         "ACTIVITY_INTERVAL": (_number, 60),
+        # Add the "Log out everywhere" action to the user admin (needs the
+        # django_redispatterns.contrib.devices app installed).
+        "ADMIN_LOGOUT_ACTION": ((bool,), False),
     },
 }
 

@@ -204,7 +204,7 @@ def test_text_report(small_server: RedisServer) -> None:
     assert "maxmemory 0 (no limit), maxmemory-policy noeviction (read with CONFIG)" in out
 
 
-@pytest.mark.parametrize("prefix", ["rpaudit", "app2", "rptest-1f2e3d-gw0"])
+@pytest.mark.parametrize("prefix", ["rpaudit", "app2", "run-1f2e3d-gw0"])
 def test_our_own_ttl_less_keys_are_flagged(small_server: RedisServer, prefix: str) -> None:
     # Prefixes with digits too: the app's prefix is kept literally in the patterns.
     client = small_server.client()

@@ -12,7 +12,10 @@ on top of it this backend guarantees:
   recomputes (``OPTIONS["STALE_TTL"]``) — :mod:`.flight`, :mod:`.stampede`;
 * ``incr``/``decr``/``aincr``/``adecr`` are one atomic command that keeps the TTL —
   :mod:`.counters`;
-* ``clear()`` deletes only this cache's ``KEY_PREFIX`` (SCAN + UNLINK in batches);
+* ``clear()`` deletes only this cache's ``KEY_PREFIX`` (SCAN + UNLINK in batches), and
+  only when the key function provably scopes every key — :mod:`.scope`;
+* django-redis's extras keep the rules: set/hash/sorted-set writes get a TTL in the same
+  round trip, ``lock()`` is leased and fenced, ``keys()`` uses SCAN — :mod:`.inherited`;
 * the ``a*`` methods run on ``redis.asyncio`` (no thread hop) for single-URL locations —
   :mod:`.asyncapi`.
 
@@ -28,16 +31,18 @@ from typing import Any, TypeVar
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
-from django_redis.client.default import glob_escape
 
+from ..connection.cacheoptions import translate
 from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
 from .codec import MAGIC_LEN, MISSING, Codec, client_class
+from .compat import DjangoContract
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
+from .inherited import InheritedMethods
 from .near import NearCache
 from .nearhooks import with_near_cache
 from .nearstore import read_config
@@ -48,17 +53,28 @@ T = TypeVar("T")
 
 
 @with_near_cache
-class RedisCache(AsyncMethods, DjangoRedisCache):
+class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
-    OPTIONS (besides every django-redis option): ``ALLOW_NO_TTL`` (False), ``TTL_JITTER``
+    OPTIONS: every django-redis option; the Django-style ones of Django's own Redis
+    backend (``db``, ``socket_timeout``, ``pool_class``, ...; mapped to django-redis's,
+    see :mod:`django_redispatterns.connection.cacheoptions`); and ``ALLOW_NO_TTL`` (False),
+    ``TTL_JITTER``
     (0.0, a fraction), ``STALE_TTL`` (0 s), ``XFETCH_BETA`` (1.0; 0 turns it off),
     ``STAMPEDE_LEASE`` (10 s), ``STAMPEDE_WAIT`` (2 x lease), ``CLEAR_FLUSHDB`` (False).
     """
 
+    # Django-style OPTIONS ("db", "socket_timeout", ...) are mapped, not ignored
+    # (connection.cacheoptions); the checks and the connection builders read this flag.
+    DJANGO_STYLE_OPTIONS = True
+    # The OPTIONS it reads besides django-redis's; the checks refuse any other (a subclass
+    # that reads more extends this).
+    OWN_OPTIONS: frozenset[str] = options.OWN_OPTIONS
+
     def __init__(self, server: str, params: dict[str, Any]) -> None:
+        server, opts = translate(server, params.get("OPTIONS", {}))
+        params = {**params, "OPTIONS": opts}
         super().__init__(server, params)
-        opts: dict[str, Any] = params.get("OPTIONS", {})
         own = options.read(opts)
         self._ttl = TtlPolicy(allow_no_ttl=own.allow_no_ttl, jitter=own.jitter)
         self._clear_flushdb = own.clear_flushdb
@@ -109,9 +125,12 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
 
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
                  version: int | None = None, client: Any = None) -> Any:
+        """Django's ``set_many``: returns ``[]``, the keys that failed to insert (one Redis
+        write is all or nothing; with ``IGNORE_EXCEPTIONS`` a failed one is logged)."""
         ttl = self._resolve_ttl(timeout)
         if not self._ttl.jitter or self._shard:
-            return super().set_many(data, ttl, version=version, client=client)
+            super().set_many(data, ttl, version=version, client=client)
+            return []
         try:  # each key its own jitter, still one round trip
             self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
         except REDIS_ERRORS as exc:
@@ -220,17 +239,17 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
 
     # --- clear ------------------------------------------------------------------------
 
-    def _clear_pattern(self) -> str:
-        return str(self.key_func("*", glob_escape(self.key_prefix), "[-0-9]*"))
-
     def clear(self) -> None:
         """Delete this cache's keys only (SCAN + UNLINK in batches): sessions, locks and
-        other prefixes on the same database survive. ``OPTIONS["CLEAR_FLUSHDB"]`` restores
+        other prefixes on the same database survive. A ``KEY_FUNCTION`` that does not
+        scope every key by prefix and version raises :class:`UnscopedKeysError` and
+        deletes nothing (:mod:`.scope`). ``OPTIONS["CLEAR_FLUSHDB"]`` restores
         django-redis's FLUSHDB."""
         if self._clear_flushdb:
             return super().clear()
+        pattern = self._own_pattern("clear()")
         try:
-            self._ops.unlink_matching(self._clear_pattern())
+            self._ops.unlink_matching(pattern)
         except REDIS_ERRORS as exc:
             self._degraded("clear", exc, None)
         return None

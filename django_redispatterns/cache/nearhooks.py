@@ -64,7 +64,7 @@ def _get(orig: Callable[..., Any]) -> Callable[..., Any]:
         near: NearCache | None = self._near
         if near is None or client is not None or not near.wants(key):
             return orig(self, key, default, version, client)
-        nkey = self.make_key(key, version=version)
+        nkey = str(self.client.make_key(key, version=version))  # validated
         entry = near.lookup(nkey)
         if entry is not None:  # the hit path: no Redis, one deserialization
             return near.decode(entry[2])
@@ -90,7 +90,7 @@ def _aget(orig: Callable[..., Any]) -> Callable[..., Any]:
         aclient = self._aclients.get()
         if aclient is None:  # no native asyncio client: django-redis in a thread
             return await orig(self, key, default, version)
-        nkey = self.make_key(key, version=version)
+        nkey = str(self.client.make_key(key, version=version))
         entry = near.lookup(nkey)
         if entry is not None:
             return near.decode(entry[2])
@@ -114,7 +114,7 @@ def _aget_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
         near: NearCache | None = self._near
         if near is None or not near.wants(key):
             return await orig(self, key, default, timeout, version)
-        nkey = self.make_key(key, version=version)
+        nkey = str(self.client.make_key(key, version=version))
         entry = near.lookup(nkey)
         if entry is not None:  # a local hit; a miss takes the usual path, without filling
             hit = self._codec.fresh(entry[0], self._flight.policy.beta)
@@ -135,7 +135,7 @@ def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
         near: NearCache | None = self._near
         if near is None or not near.wants(key):
             return orig(self, key, default, timeout, version)
-        nkey = self.make_key(key, version=version)
+        nkey = str(self.client.make_key(key, version=version))
         entry = near.lookup(nkey)
         raw = None if entry is None else entry[0]
         if raw is None:

@@ -487,6 +487,11 @@ class _Base:
         signals.lock_acquired.send(type(self), name=self.label, token=token,
                                    fencing_token=self._fence_value())
 
+    def _report_wait(self, started: float, *, acquired: bool) -> None:
+        if signals.lock_waited.receivers:
+            signals.lock_waited.send(type(self), name=self.label, acquired=acquired,
+                                     seconds=time.monotonic() - started)
+
     def _fence_value(self) -> int | None:
         return max(self.fencing_tokens.values()) if self.fencing_tokens else None
 
@@ -517,6 +522,7 @@ class _Base:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self.token = None
+                    self._report_wait(deadline - wait, acquired=False)
                     return False
                 i = max(0, attempt.conflict - 1)
                 _wakeups.sleep(self._held_keys[i], self._backoff(attempt, delay, remaining),
@@ -526,6 +532,8 @@ class _Base:
             self.token = None
             raise
         self._won(token, attempt)
+        if delay > _MIN_DELAY:  # it slept at least once: the lock was held when asked
+            self._report_wait(deadline - wait, acquired=True)
         if self.auto_renew:
             self._renewal = _heartbeat.start(self._renew, self.ttl / 3)
         return True
@@ -769,6 +777,7 @@ class _Base:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self.token = None
+                    self._report_wait(deadline - wait, acquired=False)
                     return False
                 await asyncio.sleep(self._backoff(attempt, delay, remaining))
                 delay = min(delay * 2, _MAX_DELAY)
@@ -776,6 +785,8 @@ class _Base:
             self.token = None
             raise
         self._won(token, attempt)
+        if delay > _MIN_DELAY:  # it slept at least once: the lock was held when asked
+            self._report_wait(deadline - wait, acquired=True)
         if self.auto_renew:
             self._task = asyncio.get_running_loop().create_task(self._aheartbeat())
         return True
