@@ -31,9 +31,11 @@ def _cache(redis_url: str, near: bool) -> Any:
                                   "OPTIONS": options})
 
 
-def writer(redis_url: str, start: Any, stop: Any, acked: Any, keys: int) -> None:
+def writer(redis_url: str, start: Any, stop: Any, acked: Any, keys: int, ready: Any) -> None:
     cache = _cache(redis_url, near=False)
-    start.wait(60)
+    cache.set("k0", 0)
+    ready.put("writer")
+    start.wait(120)
     versions = [0] * keys
     while not stop.is_set():
         k = random.randrange(keys) if random.random() < 0.5 else random.randrange(20)
@@ -43,12 +45,12 @@ def writer(redis_url: str, start: Any, stop: Any, acked: Any, keys: int) -> None
 
 
 def reader(redis_url: str, start: Any, stop: Any, acked: Any, keys: int, bound: float,
-           results: Any) -> None:
+           results: Any, ready: Any) -> None:
     """Put ``(checks, violations, local_hits, first_violation)`` on ``results``."""
     cache = _cache(redis_url, near=True)
-    cache.get("k0")
-    cache._near.listener.wait_ready(10)
-    start.wait(60)
+    cache._near._start().wait_ready(30)
+    ready.put("reader")
+    start.wait(120)
     pending: deque[tuple[float, int, int]] = deque()
     checks = violations = hits = 0
     first: str | None = None

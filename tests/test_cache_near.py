@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -155,6 +156,21 @@ def test_persist_drops_the_local_entry(server: RedisServer) -> None:
         cache._near.stop()
 
 
+def test_instances_of_one_configuration_share_the_near_cache(cache: Any,
+                                                             server: RedisServer) -> None:
+    """Django builds one backend per thread: another thread's write is read back at once,
+    and the process keeps one channel."""
+    twin = make_cache(server.url, NEAR_CACHE={})  # what another thread gets
+    assert twin._near is cache._near
+    cached_locally(cache, "k", "old")
+    mute(cache)
+    done = threading.Thread(target=twin.set, args=("k", "new", 60))
+    done.start()
+    done.join()
+    assert cache.get("k") == "new"
+    assert make_cache(server.url, NEAR_CACHE={"MAX_ENTRIES": 5})._near is not cache._near
+
+
 def test_incr_and_decr_are_read_back(cache: Any) -> None:
     cached_locally(cache, "n", 5)
     mute(cache)
@@ -243,20 +259,22 @@ def test_processes_never_read_an_acknowledged_write_late(server: RedisServer) ->
     ctx = multiprocessing.get_context("spawn")
     start, stop = ctx.Event(), ctx.Event()
     acked = ctx.Array("q", keys, lock=False)
-    results = ctx.Queue()
+    results, ready = ctx.Queue(), ctx.Queue()
     procs = [ctx.Process(target=near_workers.writer,
-                         args=(server.url, start, stop, acked, keys))]
+                         args=(server.url, start, stop, acked, keys, ready))]
     procs += [ctx.Process(target=near_workers.reader,
-                          args=(server.url, start, stop, acked, keys, bound, results))
+                          args=(server.url, start, stop, acked, keys, bound, results, ready))
               for _ in range(2)]
     for p in procs:
         p.start()
     try:
-        time.sleep(3)  # spawn + django.setup in each
+        for _ in procs:  # spawn + django.setup + a subscribed channel in each
+            ready.get(timeout=120)
         start.set()
         time.sleep(seconds)
     finally:
         stop.set()
+        start.set()
     outcomes = [results.get(timeout=60) for _ in range(2)]
     for p in procs:
         p.join(30)
@@ -299,7 +317,6 @@ def test_own_write_during_a_fill_wins(cache: Any) -> None:
 
     def eval_then_written(conn: Any, nkey: str) -> Any:
         reply = fill(conn, nkey)
-        import threading
         t = threading.Thread(target=cache.set, args=("k", "new", 60))
         t.start()
         t.join()

@@ -43,7 +43,7 @@ from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
 from .inherited import InheritedMethods
-from .near import NearCache
+from .near import shared as shared_near_cache
 from .nearhooks import with_near_cache
 from .nearstore import read_config
 from .ops import RedisOps
@@ -98,7 +98,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         if near is not None and (self._herd or self._shard):
             raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] needs django-redis's "
                                      "DefaultClient (not HerdClient or ShardClient).")
-        self._near = None if near is None else NearCache(self, near, repr(server))
+        self._near = None if near is None else shared_near_cache(self, near, server, opts)
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so

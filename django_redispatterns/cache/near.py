@@ -46,6 +46,22 @@ from .nearstore import Entry, LocalStore, NearConfig
 
 _SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool, SentinelConnectionPool)
 _all: weakref.WeakSet[NearCache] = weakref.WeakSet()
+# Django builds one backend per thread and alias: they share one near cache per process
+# and configuration (same LOCATION and OPTIONS), so a write by one thread drops the
+# local copy every thread reads, and there is one channel, not one per thread.
+_shared: dict[tuple[str, str], NearCache] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(owner: Any, config: NearConfig, server: Any, options: dict[str, Any]) -> NearCache:
+    """The process's near cache for ``server`` with ``options`` (created on first use)."""
+    key = (repr(server), repr(sorted(options.items(), key=lambda item: str(item[0]))))
+    with _shared_lock:
+        near = _shared.get(key)
+        if near is None:
+            near = _shared[key] = NearCache(owner, config, repr(server))
+            near._key = key
+        return near
 
 
 class NearCache:
@@ -67,6 +83,7 @@ class NearCache:
             weakref.WeakKeyDictionary())
         self._watch: Any = None
         self._watch_gen = 0
+        self._key: tuple[str, str] | None = None
         _all.add(self)
 
     # --- the hit path -----------------------------------------------------------------
@@ -262,7 +279,11 @@ class NearCache:
             return self.listener
 
     def stop(self) -> None:
-        """Stop the channel's thread and close the near cache's connections."""
+        """Stop the channel's thread and close the near cache's connections; the next
+        backend built for this configuration starts a new near cache."""
+        with _shared_lock:
+            if self._key is not None and _shared.get(self._key) is self:
+                del _shared[self._key]
         with self._setup:
             listener, self.listener = self.listener, None
             pool, self._pool = self._pool, None
