@@ -76,6 +76,7 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.ClusterError,  # ClusterDownError, MasterDownError, ClusterUnavailable
     redis.exceptions.TryAgainError,
     redis.exceptions.ReadOnlyError,  # a demoted primary behind a plain URL
+    redis.exceptions.OutOfMemoryError,  # maxmemory reached under noeviction: writes refused
     redis.exceptions.SlotNotCoveredError,
 )
 

@@ -25,12 +25,13 @@ the part that does it. The hit paths (``get``, ``get_or_set``) stay inline: one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
+from django_redis.exceptions import ConnectionInterrupted
 
 from ..connection.cacheoptions import translate
 from ..exceptions import ConfigurationError
@@ -114,32 +115,55 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
     def _resolve_ttl(self, timeout: Any) -> float | None:
         return self._ttl.resolve(timeout, self.default_timeout)
 
+    def _write(self, operation: str, fallback: T, call: Callable[[], T]) -> T:
+        """``call()`` on django-redis's client; a Redis failure degrades to ``fallback``
+        (with ``IGNORE_EXCEPTIONS``; without it the redis-py error is raised). django-redis's
+        own wrappers answer None for every failed write, and some (``touch``) let the error
+        through: a skipped write must say so (False, or the keys not stored)."""
+        try:
+            return call()
+        except ConnectionInterrupted as exc:
+            return self._degraded(operation, exc.__cause__ or exc, fallback)
+        except REDIS_ERRORS as exc:
+            return self._degraded(operation, exc, fallback)
+
     def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
             client: Any = None, nx: bool = False, xx: bool = False) -> Any:
-        return super().set(key, value, self._resolve_ttl(timeout), version=version,
-                           client=client, nx=nx, xx=xx)
+        ttl = self._resolve_ttl(timeout)
+        return self._write("set", False, lambda: self.client.set(
+            key, value, ttl, version=version, client=client, nx=nx, xx=xx))
 
     def add(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
             client: Any = None) -> Any:
-        return super().add(key, value, self._resolve_ttl(timeout), version=version, client=client)
+        ttl = self._resolve_ttl(timeout)
+        return self._write("add", False, lambda: self.client.add(
+            key, value, ttl, version=version, client=client))
+
+    def delete(self, key: Any, version: int | None = None, prefix: str | None = None,
+               client: Any = None) -> Any:
+        return self._write("delete", False, lambda: bool(self.client.delete(
+            key, version=version, prefix=prefix, client=client)))
 
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
                  version: int | None = None, client: Any = None) -> Any:
-        """Django's ``set_many``: returns ``[]``, the keys that failed to insert (one Redis
-        write is all or nothing; with ``IGNORE_EXCEPTIONS`` a failed one is logged)."""
+        """Django's contract: the list of keys that were not stored (all of them when
+        Redis failed and ``IGNORE_EXCEPTIONS`` is on)."""
         ttl = self._resolve_ttl(timeout)
-        if not self._ttl.jitter or self._shard:
-            super().set_many(data, ttl, version=version, client=client)
+
+        def store() -> list[Any]:
+            if not self._ttl.jitter or self._shard:
+                self.client.set_many(data, ttl, version=version, client=client)
+            else:  # each key its own jitter, still one round trip
+                self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
             return []
-        try:  # each key its own jitter, still one round trip
-            self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
-        except REDIS_ERRORS as exc:
-            return self._degraded("set_many", exc, [])
-        return []
+
+        return self._write("set_many", list(data), store)
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
               client: Any = None) -> Any:
-        return super().touch(key, self._resolve_ttl(timeout), version=version, client=client)
+        ttl = self._resolve_ttl(timeout)
+        return self._write("touch", False, lambda: self.client.touch(
+            key, ttl, version=version, client=client))
 
     def persist(self, key: Any, version: int | None = None, client: Any = None) -> Any:
         self._ttl.check_persist()
