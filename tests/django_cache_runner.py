@@ -14,6 +14,7 @@ Settings are the few Django's own ``runtests.py`` gives a test app. Writes
 from __future__ import annotations
 
 import json
+import os
 import sys
 import unittest
 from pathlib import Path
@@ -32,8 +33,11 @@ def configure(redis_url: str) -> None:
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth",
                         "django.contrib.sessions", "django.contrib.messages", "cache"],
         # Django's cache tests need "None means forever": opted in here, refused by default.
+        # RP_NEAR_CACHE=1 runs them with the near cache on (tests/test_cache_near.py).
         CACHES={"default": {"BACKEND": BACKEND, "LOCATION": redis_url,
-                            "OPTIONS": {"ALLOW_NO_TTL": True}}},
+                            "OPTIONS": {"ALLOW_NO_TTL": True, **(
+                                {"NEAR_CACHE": {}} if os.environ.get("RP_NEAR_CACHE")
+                                else {})}}},
         TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates",
                     "APP_DIRS": True,
                     "OPTIONS": {"context_processors": [

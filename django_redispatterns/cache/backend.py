@@ -34,6 +34,7 @@ from django_redis.client import HerdClient, ShardClient
 from django_redis.exceptions import ConnectionInterrupted
 
 from ..connection.cacheoptions import translate
+from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
@@ -43,12 +44,16 @@ from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
 from .inherited import InheritedMethods
+from .near import shared as shared_near_cache
+from .nearhooks import with_near_cache
+from .nearstore import read_config
 from .ops import RedisOps
 from .ttl import TtlPolicy
 
 T = TypeVar("T")
 
 
+@with_near_cache
 class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
@@ -90,6 +95,11 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
             self._codec, lambda: self._ttl.counter_ttl_ms(self.default_timeout))
         self._flight = SingleFlight(self._codec, self._ops, own.policy,
                                     stampede.Reporter(self), self._degraded, repr(server))
+        near = read_config(opts.get("NEAR_CACHE"))
+        if near is not None and (self._herd or self._shard):
+            raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] needs django-redis's "
+                                     "DefaultClient (not HerdClient or ShardClient).")
+        self._near = None if near is None else shared_near_cache(self, near, server, opts)
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so
