@@ -540,11 +540,6 @@ def topology_cache(url: str, near: bool = True) -> Any:
                               "OPTIONS": options})
 
 
-def test_cluster_is_refused_with_a_clear_error(cluster_url: str) -> None:
-    with pytest.raises(ConfigurationError, match="NEAR_CACHE"):
-        topology_cache(cluster_url).get("k")
-
-
 @pytest.mark.timeout(180)
 def test_sentinel_near_cache_follows_a_failover(
         sentinel_factory: Callable[[], Any]) -> None:

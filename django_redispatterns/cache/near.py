@@ -12,9 +12,10 @@ never outlives the key in Redis. The value is stored (:mod:`.nearstore`) only wh
 * it is not a ``get_or_set`` value already past its soft expiry (its deadline is capped
   at the soft expiry as well, so a stale value is never served from memory).
 
-Single-server and Sentinel locations with django-redis's ``DefaultClient`` are supported
-(the near cache's own connections speak RESP2); Redis Cluster raises
-:class:`ConfigurationError` at the first near read.
+Single-server, Sentinel and Redis Cluster locations with django-redis's ``DefaultClient``
+are supported (the near cache's own connections speak RESP2). On Cluster each primary has
+its own channel and fill pool (:mod:`.nearcluster`); a fill answered ``MOVED`` or ``ASK``
+empties the local store and reads the key through the cache's own client, unkept.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ import redis
 import redis.asyncio
 from django_redis.compressors.identity import IdentityCompressor
 from django_redis.exceptions import CompressorError
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError
 from redis.sentinel import SentinelConnectionPool
 
 from ..connection import is_cluster
 from ..exceptions import ConfigurationError
 from ..scripts import script
 from . import envelope
+from .nearcluster import ClusterChannels
 from .nearlisten import SILENT_LIMIT, Listener, tracked_class
 from .nearstore import Entry, LocalStore, NearConfig
 
@@ -76,7 +78,7 @@ class NearCache:
         self.store = LocalStore(config.max_entries, config.max_bytes)
         self._setup = threading.Lock()
         self._pool: Any = None
-        self.listener: Listener | None = None
+        self.listener: Listener | ClusterChannels | None = None
         self._script = script("cache_near_get")
         self._loads: Callable[[bytes], Any] = lambda payload: None
         self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
@@ -100,7 +102,7 @@ class NearCache:
             return None
         return self.store.get(nkey, now)
 
-    def _primary_moved(self, listener: Listener) -> None:
+    def _primary_moved(self, listener: Listener | ClusterChannels) -> None:
         """Sentinel moved the primary: what the channel hears is no longer what fills read."""
         self._watch_gen = self._watch.generation
         listener.renew("the Sentinel primary moved")
@@ -118,30 +120,58 @@ class NearCache:
         """GET ``nkey`` from Redis (one round trip), keeping it locally when that is safe
         (module docstring): ``(raw, decode hint)``, or ``None`` when there is no such key.
         Redis errors propagate."""
-        listener = self.listener or self._start()
-        if self._watch is not None and self._watch.generation != self._watch_gen:
-            self._primary_moved(listener)
+        channels = self.listener or self._start()
+        if isinstance(channels, ClusterChannels):
+            route = channels.route(nkey)
+            if route is None:
+                return self._unkept(nkey)
+            listener, pool = route
+        else:
+            listener, pool = channels, self._pool
+            if self._watch is not None and self._watch.generation != self._watch_gen:
+                self._primary_moved(listener)
         ticket = self.store.ticket()
         epoch = listener.epoch
         ready = listener.ready
-        pool = self._pool
         conn = pool.get_connection()
         started = time.monotonic()  # before Redis reads the PTTL: the copy dies no later
+        moved: Exception | None = None
         try:
             if ready and conn.rp_epoch != epoch:
                 self._track(conn, listener, epoch)
             reply = self._eval(conn, nkey)
             tracked = conn.rp_epoch == epoch
+        except (MovedError, AskError) as exc:  # only on Cluster: the slot has moved (on)
+            moved = exc
         except BaseException:
             conn.disconnect()
             raise
         finally:
             pool.release(conn)
+        if moved is not None:
+            return self._slot_moved(channels, nkey, moved)
         return self._keep(nkey, reply, tracked, listener, epoch, ticket, started)
 
+    def _slot_moved(self, channels: Any, nkey: str, exc: Exception) -> tuple[bytes, Any] | None:
+        """A Cluster fill was answered MOVED (a new slot map: new channels) or ASK (a
+        migration in progress): empty the store and read through the cache's client."""
+        if isinstance(exc, MovedError):
+            channels.renew(f"slot moved ({exc})")
+        else:
+            self.store.clear()
+        return self._unkept(nkey)
+
+    def _unkept(self, nkey: str) -> tuple[bytes, Any] | None:
+        """``nkey`` read through the cache's own client (it follows MOVED / ASK), not kept."""
+        raw = self._owner.client.get_client(write=True).get(nkey)
+        return None if raw is None else (raw, _hint(raw))
+
     async def afetch(self, nkey: str, aclient: Any) -> tuple[bytes, Any] | None:
-        """:meth:`fetch` on redis.asyncio (``aclient``: the backend's client on this loop)."""
+        """:meth:`fetch` on redis.asyncio (``aclient``: the backend's client on this loop);
+        on Cluster, :meth:`fetch` in a worker thread (its channels are per primary)."""
         listener = self.listener or self._start()
+        if isinstance(listener, ClusterChannels):
+            return await asyncio.to_thread(self.fetch, nkey)
         ticket = self.store.ticket()
         epoch = listener.epoch
         ready = listener.ready
@@ -258,10 +288,14 @@ class NearCache:
 
     # --- setup ------------------------------------------------------------------------
 
-    def _start(self) -> Listener:
+    def _start(self) -> Listener | ClusterChannels:
         with self._setup:
+            if self.listener is None and is_cluster(
+                    base := self._owner.client.get_client(write=True)):
+                self._loads = self._loader()
+                self.listener = ClusterChannels(base, _pools, self.store.invalidate,
+                                                self.store.clear, self._name)
             if self.listener is None:
-                base = self._owner.client.get_client(write=True)
                 self._pool, channel = _pools(base)
                 self._loads = self._loader()
                 # A Sentinel pool that follows failovers (ours) has a watch whose
@@ -315,12 +349,9 @@ def _hint(raw: bytes) -> Any:
 
 
 def _pools(base: Any) -> tuple[Any, Any]:
-    """Two pools like ``base``'s (same server or Sentinel service, same options): the fills'
+    """Two pools like ``base``'s (same server, Sentinel service or Cluster node, same options): the fills'
     (connections that can track, same size) and the channel's (no socket timeout: it
     waits with ``can_read``)."""
-    if is_cluster(base):
-        raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] does not support Redis "
-                                 "Cluster yet; remove NEAR_CACHE for this cache.")
     pool = base.connection_pool
     if not isinstance(pool, _SUPPORTED_POOLS):
         raise ConfigurationError(

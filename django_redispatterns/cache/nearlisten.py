@@ -85,13 +85,15 @@ class Listener:
             self._stopped.wait(0.005)
         return self.ready
 
-    def stop(self) -> None:
+    def stop(self, join: bool = True) -> None:
+        """End the thread (``join``: and wait for it) after losing the channel."""
         self._stopped.set()
         self.lose("stopped")
         conn = self._conn
         if conn is not None:
             conn.disconnect()
-        self._thread.join(timeout=5)
+        if join:
+            self._thread.join(timeout=5)
 
     def refused(self, epoch: int, exc: BaseException) -> None:
         """A read connection's ``CLIENT TRACKING ... REDIRECT`` was refused in ``epoch``:
