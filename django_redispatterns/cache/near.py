@@ -349,9 +349,9 @@ def _hint(raw: bytes) -> Any:
 
 
 def _pools(base: Any) -> tuple[Any, Any]:
-    """Two pools like ``base``'s (same server, Sentinel service or Cluster node, same options): the fills'
-    (connections that can track, same size) and the channel's (no socket timeout: it
-    waits with ``can_read``)."""
+    """Two pools like ``base``'s (same server, Sentinel service or Cluster node, same
+    options): the fills' (connections that can track, same size) and the channel's (no
+    socket timeout: it waits with ``can_read``)."""
     pool = base.connection_pool
     if not isinstance(pool, _SUPPORTED_POOLS):
         raise ConfigurationError(
