@@ -150,3 +150,29 @@ def test_slot_migration_never_serves_the_old_owners_value(
     other.set(key, "newest", 60)
     wait_for(lambda: not held(cache, key), WAIT, "an invalidation from the new owner")
     assert cache.get(key) == "newest"
+
+
+@pytest.mark.timeout(240)
+def test_a_primary_failover_moves_its_channel_to_the_promoted_replica(
+        cluster_factory: Any) -> None:
+    """A killed primary's channel stays down; after the promotion the slot map is read
+    again and the promoted replica gets a channel whose invalidations drop local copies."""
+    cluster = cluster_factory(masters=3, replicas=1)
+    cache, other = cluster_cache(cluster.url), cluster_cache(cluster.url, near=False)
+    try:
+        assert cache._near._start().wait_ready(WAIT)
+        victim = owner(cluster, cache, "k")
+        cached_locally(cache, "k", "before")
+        cluster.wait_replicated(victim)
+        replica = cluster.replica_of(victim)
+        victim.kill()
+        wait_for(lambda: not held(cache, "k"), WAIT, "the channel loss")
+        wait_for(lambda: replica.is_master(), 60, "the promotion")
+        wait_for(lambda: cache.get("k") == "before" and held(cache, "k"), 60,
+                 "a local copy from the promoted replica")
+        assert f"127.0.0.1:{replica.port}" in cache._near.listener.listeners()
+        other.set("k", "after", 60)
+        wait_for(lambda: not held(cache, "k"), WAIT, "an invalidation from the new primary")
+        assert cache.get("k") == "after"
+    finally:
+        cache._near.stop()
