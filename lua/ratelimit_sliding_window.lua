@@ -3,7 +3,10 @@
 -- ARGV[1]: limit; ARGV[2]: window in ms; ARGV[3]: cost (0 = peek, writes nothing);
 -- ARGV[4]: request id, unique per hit: it is the member, so hits at equal timestamps never
 --          collide and a re-sent call finds its member and counts nothing.
--- Returns: one string "<allowed 1|0> <remaining> <reset_after_ms> <retry_after_ms>";
+-- Returns, when admitted: one integer, reset_after_ms * (limit + 1) + remaining (the
+-- caller knows the limit; one integer reply is the cheapest to send and to parse), or
+-- that answer as the string below when the product would not be exact in a Lua number.
+-- When blocked: one string "0 <remaining> <reset_after_ms> <retry_after_ms>".
 -- reset_after is when the oldest logged hit leaves the window (the next unit of quota
 -- returns).
 -- Rejected hits are not logged. Trim and PEXPIRE happen in this script: the log holds at
@@ -16,6 +19,9 @@ local limit = tonumber(ARGV[1])
 local window_us = ARGV[2] * 1000
 local cost = tonumber(ARGV[3])
 local rid = ARGV[4]
+-- 2^53: the largest exact integer of a Lua number
+local base = limit + 1
+local packed = (ARGV[2] + 2) * base < 9007199254740992
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 
@@ -35,6 +41,7 @@ if cost == 1 and count < limit then  -- the common case, inline
   end
   local reset = window_us
   if oldest then reset = oldest + window_us - now end
+  if packed then return math.ceil(reset / 1000) * base + limit - count end
   return '1 ' .. (limit - count) .. ' ' .. math.ceil(reset / 1000) .. ' 0'
 end
 
@@ -42,6 +49,11 @@ local function reset_after()
   -- ms until the oldest logged hit leaves the window
   if not oldest then return 0 end
   return math.ceil(math.max(oldest + window_us - now, 0) / 1000)
+end
+
+local function admitted(remaining)
+  if packed then return reset_after() * base + remaining end
+  return '1 ' .. remaining .. ' ' .. reset_after() .. ' 0'
 end
 
 local function until_free(n)
@@ -69,17 +81,17 @@ if cost > 0 and count + cost <= limit then
     count = count + added
     if not oldest then oldest = now end
   end
-  return '1 ' .. (limit - count) .. ' ' .. reset_after() .. ' 0'
+  return admitted(limit - count)
 end
 
 -- A re-sent copy of a hit that was admitted must not now be answered "blocked".
 if cost > 0 and redis.call('ZSCORE', KEYS[1], rid) then
-  return '1 ' .. math.max(limit - count, 0) .. ' ' .. reset_after() .. ' 0'
+  return admitted(math.max(limit - count, 0))
 end
 
 local remaining = math.max(limit - count, 0)
 if cost == 0 then
-  if count < limit then return '1 ' .. remaining .. ' ' .. reset_after() .. ' 0' end
+  if count < limit then return admitted(remaining) end
   return '0 0 ' .. reset_after() .. ' ' .. math.max(until_free(count - limit + 1), 1)
 end
 local retry = ARGV[2]

@@ -2,7 +2,10 @@
 -- KEYS[1]: TAT (string).
 -- ARGV[1]: rate count; ARGV[2]: period in ms (refill: count per period, steadily);
 -- ARGV[3]: burst (bucket size, >= 1); ARGV[4]: cost (0 = peek, writes nothing).
--- Returns: one string "<allowed 1|0> <remaining> <reset_after_ms> <retry_after_ms>";
+-- Returns, when admitted: one integer, reset_after_ms * (burst + 1) + remaining (the
+-- caller knows the burst; one integer reply is the cheapest to send and to parse), or
+-- that answer as the string below when the product would not be exact in a Lua number.
+-- When blocked: one string "0 <remaining> <reset_after_ms> <retry_after_ms>".
 -- reset_after is when the next token arrives (0 when the bucket is full), so a blocked
 -- answer's retry_after is never earlier than its reset_after.
 -- Rejected hits consume nothing. The key expires when the bucket is full again, which is
@@ -44,6 +47,10 @@ local next_token = 0
 if remaining < burst then
   next_token = ahead + (remaining + 1) * interval - tolerance
   if next_token < 0 then next_token = 0 end
+end
+-- 2^53: the largest exact integer of a Lua number; next_token is at most one interval
+if allowed == 1 and (ARGV[2] + 2) * (burst + 1) < 9007199254740992 then
+  return math.ceil(next_token / 1000) * (burst + 1) + remaining
 end
 return allowed .. ' ' .. remaining .. ' ' .. math.ceil(next_token / 1000) .. ' ' ..
   math.ceil(retry / 1000)
