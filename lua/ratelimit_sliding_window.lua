@@ -1,12 +1,13 @@
 -- Exact sliding window rate limit: a log of hits (sorted set scored by server time in µs).
 -- KEYS[1]: log (sorted set).
--- ARGV[1]: limit; ARGV[2]: window in ms; ARGV[3]: cost (0 = peek, writes nothing);
--- ARGV[4]: request id, unique per hit: it is the member, so hits at equal timestamps never
---          collide and a re-sent call finds its member and counts nothing.
+-- ARGV[1]: limit; ARGV[2]: window in ms;
+-- ARGV[3]: request id, unique per hit: it is the member, so hits at equal timestamps never
+--          collide and a re-sent call finds its member and counts nothing;
+-- ARGV[4]: cost (absent = 1; 0 = peek, writes nothing).
 -- Returns, when admitted: one integer, reset_after_ms * (limit + 1) + remaining (the
--- caller knows the limit; one integer reply is the cheapest to send and to parse), or
--- that answer as the string below when the product would not be exact in a Lua number.
--- When blocked: one string "0 <remaining> <reset_after_ms> <retry_after_ms>".
+-- caller knows the limit; one integer reply is the cheapest to build, send and parse), or
+-- the string below when that product would not be exact in a Lua number.
+-- Otherwise one string "<allowed 1|0> <remaining> <reset_after_ms> <retry_after_ms>".
 -- reset_after is when the oldest logged hit leaves the window (the next unit of quota
 -- returns).
 -- Rejected hits are not logged. Trim and PEXPIRE happen in this script: the log holds at
@@ -17,11 +18,10 @@
 -- only when the oldest hit has left the window, which most calls can tell from ZRANGE.
 local limit = tonumber(ARGV[1])
 local window_us = ARGV[2] * 1000
-local cost = tonumber(ARGV[3])
-local rid = ARGV[4]
--- 2^53: the largest exact integer of a Lua number
+local rid = ARGV[3]
 local base = limit + 1
-local packed = (ARGV[2] + 2) * base < 9007199254740992
+-- 2^53: the largest exact integer of a Lua number (a reset is at most one window)
+local packed = (window_us / 1000 + 2) * base < 9007199254740992
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 
@@ -33,7 +33,7 @@ end
 local count = 0
 if oldest then count = redis.call('ZCARD', KEYS[1]) end
 
-if cost == 1 and count < limit then  -- the common case, inline
+if not ARGV[4] and count < limit then  -- cost 1, the common case, inline
   -- NX: a re-sent call finds its member already logged and adds nothing.
   if redis.call('ZADD', KEYS[1], 'NX', now, rid) == 1 then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -44,6 +44,8 @@ if cost == 1 and count < limit then  -- the common case, inline
   if packed then return math.ceil(reset / 1000) * base + limit - count end
   return '1 ' .. (limit - count) .. ' ' .. math.ceil(reset / 1000) .. ' 0'
 end
+
+local cost = tonumber(ARGV[4] or '1')
 
 local function reset_after()
   -- ms until the oldest logged hit leaves the window

@@ -84,9 +84,10 @@ class Algorithm:
             raise ConfigurationError(f"burst= only applies to token_bucket, not {self.name}.")
         self.rate = rate
         self.lua: LuaScript = script(self.script_name)
-        # Arguments are sent as ready bytes: no int formatting per call.
+        # Arguments are sent as ready bytes: no int formatting per call. A cost of 1 (the
+        # common case) is not sent: the scripts read an absent cost as 1.
         self._fixed = tuple(str(a).encode() for a in self.fixed_args())
-        self._args_by_cost = {cost: (*self._fixed, str(cost).encode()) for cost in (0, 1)}
+        self._args_by_cost = {0: (*self._fixed, b"0"), 1: self._fixed}
         self._capacity = self.capacity
         self._base = self._capacity + 1  # the packing of an admitted answer
 
