@@ -5,8 +5,9 @@ admitted hit (the common case) is answered with one integer, ``reset_ms * (capac
 remaining`` (the capacity is known here already): the cheapest reply to build in Lua, to
 send and to parse. A blocked hit, or a rate too large for that integer to be exact, is
 answered with one short string, ``"<allowed> <remaining> <reset_ms> <retry_ms>"``.
-:meth:`Algorithm.decision` turns either into a :class:`Decision`. Adding an algorithm means one Lua file, one module
-with an :class:`Algorithm` subclass, and one line in :data:`_REGISTRY`.
+:meth:`Algorithm.decision` turns either into a :class:`Decision`. Adding an algorithm means
+one Lua file, one module with an :class:`Algorithm` subclass, and one line in
+:data:`_REGISTRY`.
 """
 
 from __future__ import annotations
