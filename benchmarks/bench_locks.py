@@ -41,6 +41,21 @@ def _redis_py(client: redis.Redis, name: str) -> Callable[[], None]:
     return cycle
 
 
+RELEASE_IF_OURS = "if redis.call('GET', KEYS[1]) == ARGV[1] then " \
+    "return redis.call('DEL', KEYS[1]) end return 0"
+
+
+def _floor(client: redis.Redis, name: str) -> Callable[[], None]:
+    """The least a leased, owner-checked lock can do: SET NX PX, then a Lua release."""
+    release = client.register_script(RELEASE_IF_OURS)
+    token = "f" * 32
+
+    def cycle() -> None:
+        client.set(name, token, nx=True, px=10_000)
+        release(keys=[name], args=[token])
+    return cycle
+
+
 def _prl(client: redis.Redis, name: str) -> Callable[[], None]:
     def cycle() -> None:
         lock = redis_lock.Lock(client, name, expire=10)
@@ -81,6 +96,7 @@ def run() -> None:
         {
             "django-redispatterns Lock (heartbeat on)": _ours("bench-a"),
             "django-redispatterns Lock (auto_renew=False)": _ours("bench-b", auto_renew=False),
+            "floor: SET NX PX + Lua release": _floor(raw, "bench-e"),
             "redis-py Lock": _redis_py(raw, "bench-c"),
             "python-redis-lock Lock": _prl(raw, "bench-d"),
         },

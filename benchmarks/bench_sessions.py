@@ -6,6 +6,10 @@ Scenarios, each one simulated request of a signed-in user on an existing session
    GET, then GET (exists check) + SET; django-redis-sessions is GET + unconditional SETEX;
 2. load only (a request that reads the session and saves nothing).
 
+A fourth contender is the floor any Redis session engine with a per-user index pays: a GET of
+unsigned JSON, then one pipeline (SET with expiry, ZADD to the index, PEXPIRE the index); no
+signature, no atomicity (it would resurrect a session deleted meanwhile), no metadata.
+
 Each runs twice: on loopback (CPU-bound: Lua and signature checks show), and through a
 small latency proxy standing in for a network link (round trips show).
 """
@@ -13,6 +17,7 @@ small latency proxy standing in for a network link (round trips show).
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -55,6 +60,32 @@ def _read_cycle(store_cls: type[SessionBase], key: str) -> Callable[[], None]:
     return request
 
 
+FLOOR_TTL_MS = 1_209_600_000
+
+
+def _floor(url: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(load + modify + save, load only) of the floor: GET, then one pipeline."""
+    client: Any = redis.Redis.from_url(url)
+    data_key, index_key = "rptest-floor:{u42}:s:abc", "rptest-floor:{u42}:u"
+    client.set(data_key, json.dumps({SESSION_KEY: "42", HASH_SESSION_KEY: "f" * 64, "n": 0,
+                                     "cart": [1, 2, 3], BACKEND_SESSION_KEY: "x" * 41}),
+               px=FLOOR_TTL_MS)
+
+    def write() -> None:
+        session = json.loads(client.get(data_key))
+        session["n"] += 1
+        pipe = client.pipeline(transaction=False)
+        pipe.set(data_key, json.dumps(session, separators=(",", ":")), px=FLOOR_TTL_MS)
+        pipe.zadd(index_key, {"abc": int(time.time() * 1000) + FLOOR_TTL_MS})
+        pipe.pexpire(index_key, FLOOR_TTL_MS + 60_000)
+        pipe.execute()
+
+    def read() -> None:
+        assert json.loads(client.get(data_key))[SESSION_KEY] == "42"
+
+    return write, read
+
+
 def _drs_store(url: str) -> type[SessionBase] | None:
     try:
         import redis_sessions.settings as drs_settings
@@ -94,12 +125,17 @@ def _run_on(url: str, network: str, *, ops: int, rounds: int) -> None:
             ("session load + modify + save (signed-in user)", _write_cycle),
             ("session load only (signed-in user)", _read_cycle),
         ]
-        for title, make in scenarios:
+        floor = _floor(url)
+        for n, (title, make) in enumerate(scenarios):
             requests: dict[str, Callable[[], object]] = {
                 name: make(cls, key) for name, (cls, key) in contenders.items()}
+            requests["floor: GET + one pipeline with an index"] = floor[n]
             compare(f"{title}, {network}", requests, ops=ops, rounds=rounds, warmup=ops // 5)
             print("round trips per request: " + ", ".join(
                 f"{name.split(' (')[0]} {_round_trips(fn)}" for name, fn in requests.items()))
+            print("client CPU per request (best of 5, us): " + ", ".join(
+                f"{name.split(' (')[0]} {_cpu_us(fn, ops // 2):.0f}"
+                for name, fn in requests.items()))
         for cls, key in contenders.values():
             cls(key).delete()
 
@@ -153,6 +189,18 @@ class LatencyProxy:
         self.server.close()
 
 
+def _cpu_us(fn: Callable[[], object], ops: int) -> float:
+    """Process CPU time per call (microseconds; best of 5 runs): the app server's cost,
+    steadier than throughput on a shared machine, blind to Redis's own time."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.process_time()
+        for _ in range(ops):
+            fn()
+        best = min(best, time.process_time() - started)
+    return best / ops * 1e6
+
+
 def _round_trips(fn: Callable[[], object]) -> int:
     """Connections taken from any redis-py pool while ``fn`` runs (= round trips)."""
     original = redis.ConnectionPool.get_connection
@@ -173,5 +221,6 @@ def _round_trips(fn: Callable[[], object]) -> int:
 
 def _cleanup(url: str) -> None:
     client: Any = redis.Redis.from_url(url)
-    for key in client.scan_iter(match="rptest-drs*"):
-        client.delete(key)
+    for pattern in ("rptest-drs*", "rptest-floor*"):
+        for key in client.scan_iter(match=pattern):
+            client.delete(key)

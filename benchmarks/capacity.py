@@ -8,7 +8,7 @@ through the public API on an otherwise empty, private redis-server (or ``REDIS_U
   activity metadata) with its per-user index entry;
 * a rate-limit identity, per algorithm, after one hit and after 100 hits in the window
   (fixed window and GCRA keep one small key whatever the request rate: their calls are
-  never re-sent, so they need no per-hit request-id marker, SPEC D4);
+  never re-sent, so they need no per-hit request-id marker, no silent duplicate writes);
 * an idempotency record holding a 201 with a ~100-byte JSON body;
 * a held lock with its fencing counter.
 

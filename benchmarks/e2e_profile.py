@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rate limits (ours)", ("django_redispatterns/ratelimit/", "middleware/ratelimit.py")),
     ("rate limits (django-ratelimit)", ("django_ratelimit/",)),
     ("SessionActivityMiddleware", ("django_redispatterns/middleware/sessions.py",)),
-    ("session engine (ours: load, save, activity)", ("django_redispatterns/sessions.py",)),
+    ("session engine (ours: load, save, activity)", ("django_redispatterns/sessions/",)),
     ("session engine (Django cache engine)", ("contrib/sessions/backends/",)),
     ("SessionMiddleware (save, cookie)", ("contrib/sessions/middleware.py",)),
     ("idempotency", ("django_redispatterns/idempotency/", "middleware/idempotency.py")),

@@ -79,6 +79,11 @@ SCHEMA: dict[str, Any] = {
         "IP_STORAGE": ((str,), "truncate"),
         # Seconds between two activity writes (last_activity, ip, user agent) of one session.
         "ACTIVITY_INTERVAL": (_number, 60),
+        # Most live sessions one user may have; a sign-in beyond it ends the oldest ones.
+        "MAX_PER_USER": ((int,), 100),
+        # Add the "Log out everywhere" action to the user admin (needs the
+        # django_redispatterns.contrib.devices app installed).
+        "ADMIN_LOGOUT_ACTION": ((bool,), False),
     },
 }
 
@@ -166,6 +171,11 @@ def _validate_values(values: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             f"{SETTING_NAME}['KEY_PREFIX'] must be non-empty, without spaces, braces or '*'; "
             f"got {prefix!r}."
+        )
+    max_per_user = values["SESSIONS"]["MAX_PER_USER"]
+    if max_per_user < 1:
+        raise ConfigurationError(
+            f"{SETTING_NAME}['SESSIONS']['MAX_PER_USER'] must be >= 1, got {max_per_user!r}."
         )
     ip_storage = values["SESSIONS"]["IP_STORAGE"]
     if ip_storage not in ("truncate", "hash", "none"):

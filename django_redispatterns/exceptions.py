@@ -42,7 +42,31 @@ class MissingTTLError(RedisPatternsError, ValueError):
     """A cache write asked for no expiry (``timeout=None``) without ``ALLOW_NO_TTL``."""
 
 
+class UncacheableArgument(RedisPatternsError, TypeError):
+    """``@cached`` cannot derive a key from an argument: its type has no known identity
+    (``repr()`` is not one), or it is a model instance that is not saved yet.
+
+    Also a ``TypeError``, like any other call with an argument of the wrong type.
+    """
+
+
+class UnscopedKeysError(ConfigurationError):
+    """The cache cannot prove which keys are its own (its ``KEY_FUNCTION`` does not put
+    the ``KEY_PREFIX`` and the version on every key), so ``clear()``/``delete_pattern()``
+    refuse to delete anything."""
+
+
 # --- locks -----------------------------------------------------------------------------
+
+
+class NotAnIntegerError(RedisPatternsError, _redis_exceptions.ResponseError, TypeError):
+    """``incr``/``decr`` of a cache key whose value is not an integer.
+
+    Also a ``TypeError`` (what Django's other cache backends and django-redis raise) and a
+    ``redis.exceptions.ResponseError`` (what Django's own Redis backend raises), so code
+    written for any of them catches it. Not a Redis outage: ``IGNORE_EXCEPTIONS`` does not
+    swallow it.
+    """
 
 
 class LockError(RedisPatternsError):

@@ -13,7 +13,7 @@ on ``TRYAGAIN`` after ~0.4 s; such rejected calls are re-sent here with jittered
 exponential back-off for up to :func:`rejection_budget` seconds, then
 :class:`~django_redispatterns.exceptions.ClusterUnavailable` is raised. This is safe for
 every script, idempotent or not, because a rejected script never ran. Timeouts and
-connection errors are *not* retried here (the script may have run; SPEC D4).
+connection errors are *not* retried here (the script may have run; no silent duplicate writes).
 
 In an installed wheel the scripts live in ``django_redispatterns/lua/`` (force-included
 by the build); in a checkout or editable install they are read from ``<repo>/lua/``.

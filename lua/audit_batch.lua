@@ -4,7 +4,7 @@
 -- ARGV[2]: index of KEYS[1] in the whole scan (so sampling continues across batches).
 -- Returns: a flat array, two integers per key in KEYS order: PTTL (-1 no TTL, -2 gone),
 --          then MEMORY USAGE in bytes, or -1 when not measured or gone.
--- Writes nothing, so it is safe to run twice and adds no keys (SPEC D4, house rule I1).
+-- Writes nothing, so it is safe to run twice and adds no keys (no silent duplicate writes).
 local stride = tonumber(ARGV[1])
 local offset = tonumber(ARGV[2])
 local out = {}

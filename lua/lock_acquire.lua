@@ -3,13 +3,17 @@
 -- KEYS[n+1..2n] fencing counters of the same names, same hash tag
 -- ARGV[1] token (unique per acquisition), ARGV[2] lease in ms,
 -- ARGV[3] fencing counter TTL in ms, ARGV[4] owner metadata (JSON, informational)
+-- ARGV[5] (only from a caller that will wait) "someone waits" marker lifetime in ms; then
+--         KEYS[2n+1..3n] are the names' waiting markers (same hash tag): when a name is
+--         held, its marker is set, so the holder's release pushes a wake-up.
 -- Returns {1, fence_1, ..., fence_n} (decimal strings) when every lock is now ours;
 --         {0, i, pttl} when KEYS[i] is held by another owner (pttl: its remaining lease).
--- Safe to run twice (SPEC D4): a lock that already holds our token counts as ours, and
+-- Safe to run twice (no silent duplicate writes): a lock that already holds our token
+-- counts as ours, and
 -- its fencing token is returned again rather than a new one.
--- Fencing (SPEC D2): fence = max(last + 1, server TIME in microseconds), so tokens keep
+-- Fencing: fence = max(last + 1, server TIME in microseconds), so tokens keep
 -- rising after the counter expires or a failover loses the last increment.
-local n = #KEYS / 2
+local n = ARGV[5] and #KEYS / 3 or #KEYS / 2
 local token = ARGV[1]
 local mine = token .. '|'
 local held = {}
@@ -17,6 +21,9 @@ for i = 1, n do
   local value = redis.call('GET', KEYS[i])
   if value then
     if string.sub(value, 1, #mine) ~= mine then
+      if ARGV[5] then
+        redis.call('SET', KEYS[2 * n + i], '1', 'PX', ARGV[5])
+      end
       return {0, i, redis.call('PTTL', KEYS[i])}
     end
     held[i] = value

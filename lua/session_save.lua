@@ -1,13 +1,17 @@
 -- session_save: create or update one session and keep its user's index exact, atomically.
+-- Returns 1 when saved, 0 when a create collided or an update found no live session
+-- (an update never recreates a session deleted meanwhile: no resurrection).
 -- KEYS[1]: session data (hash: d=data, c=created ms, a=last activity ms, ip, ua, n=create id).
 -- KEYS[2]: the user's index (zset sid -> expiry ms); same hash tag as KEYS[1].
 -- ARGV[1]: 'c' create (fails when the key exists) or 'u' update (fails when it does not);
 -- ARGV[2]: encoded session data; ARGV[3]: TTL in ms (<= 0: the session expires at once);
 -- ARGV[4]: sid (index member); ARGV[5]: '1' index it under KEYS[2], '0' remove it from there;
--- ARGV[6]: create request id (SPEC D4: a re-sent create finds its own key and succeeds);
--- ARGV[7]: '1' record activity (a = now) with ARGV[8] ip and ARGV[9] user agent, else '0'.
--- Returns 1 when saved, 0 when a create collided or an update found no live session
--- (an update never recreates a session deleted meanwhile: no resurrection).
+-- ARGV[6]: create request id (a re-sent create finds its own key and succeeds);
+-- ARGV[7]: '1' record activity (a = now) with ARGV[8] ip and ARGV[9] user agent, else '0';
+-- ARGV[10]: most sessions the user may have (absent or '0': no cap). When indexing this
+-- session leaves more, the user's sessions that expire first (never this one) are ended, at
+-- most EVICT_MAX per call. Their data keys are KEYS[1] with another sid: same hash tag, so
+-- the same Cluster slot.
 local key, idx = KEYS[1], KEYS[2]
 local mode, ttl, sid = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 if mode == 'c' then
@@ -44,6 +48,21 @@ if ARGV[5] == '1' then
   if not score or math.abs(expiry - score) > SLACK then
     redis.call('ZADD', idx, expiry, sid)
     redis.call('ZREMRANGEBYSCORE', idx, '-inf', now - SLACK)
+    local cap = tonumber(ARGV[10] or '0') or 0
+    if cap > 0 then
+      local EVICT_MAX = 100
+      local excess = math.min(redis.call('ZCARD', idx) - cap, EVICT_MAX)
+      if excess > 0 then
+        local base = string.sub(key, 1, #key - #sid)
+        for _, old in ipairs(redis.call('ZRANGE', idx, 0, excess)) do
+          if excess > 0 and old ~= sid then
+            redis.call('DEL', base .. old)
+            redis.call('ZREM', idx, old)
+            excess = excess - 1
+          end
+        end
+      end
+    end
     local last = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
     redis.call('PEXPIREAT', idx, tonumber(last[2]) + SLACK)
   end

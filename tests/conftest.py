@@ -29,6 +29,7 @@ from tests.redis_servers import (
     delete_own_keys,
     main_redis_url,
     own_keys_without_ttl,
+    reap_orphans,
     redis_server_binary,
     server_version,
     started_here,
@@ -197,7 +198,15 @@ def own_redis(redis_server_factory: Callable[..., RedisServer],
         assert_own_keys_have_a_ttl(client)
 
 
-def pytest_report_header() -> list[str]:
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # once per run, in the controlling process
+        config.stash[ORPHANS] = reap_orphans()
+
+
+ORPHANS = pytest.StashKey[int]()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
     binary = redis_server_binary()
     servers = (f"{binary} {'.'.join(map(str, server_version(binary)))}" if binary
                else "none (no binary: Cluster, Sentinel and fault tests skip)")
@@ -206,5 +215,7 @@ def pytest_report_header() -> list[str]:
     else:
         main = "a private server per worker" if binary else f"none ({SKIP_REASON})"
     prefix = KEY_PREFIX.rsplit("-", 1)[0]
-    return [f"redis: main {main}; servers started: {servers}",
+    orphans = config.stash.get(ORPHANS, 0)
+    return [f"redis: main {main}; servers started: {servers}"
+            + (f"; stopped {orphans} left behind by an earlier killed run" if orphans else ""),
             f"redis: test keys under {prefix}-<worker>:* and {prefix}-<worker>-*"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from tests.redis_servers import KEY_PREFIX
@@ -65,3 +66,23 @@ def paused_holder(redis_url: str, conn: Any, go: Any) -> None:
     except LockLost:
         outcome["lost"] = True
     conn.send(outcome)
+
+
+def woken_waiter(redis_url: str, conn: Any) -> None:
+    """Wait for "wakeup" with a 60 s blocking bound, so only a wake-up can end it early.
+
+    Sends "waiting" once its first attempt failed (the holder is in another process),
+    then the seconds from that moment until it held the lock.
+    """
+    _setup(redis_url)
+    from django_redispatterns.locks import Lock, _waiting
+
+    # Blocking and back-off bounds of a minute: only the release's wake-up ends it early.
+    _waiting.MAX_BLOCK = _waiting.MIN_DELAY = _waiting.MAX_DELAY = 60.0
+    lock = Lock("wakeup", ttl=10, wait=90, auto_renew=False)
+    assert not Lock("wakeup", ttl=10, auto_renew=False).acquire()
+    conn.send("waiting")
+    started = time.monotonic()
+    assert lock.acquire()
+    conn.send(time.monotonic() - started)
+    lock.release()

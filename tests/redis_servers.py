@@ -118,6 +118,7 @@ class RedisServer:
             self.port = port or free_port()
             self.choose_extra_ports()
             self.dir = tempfile.mkdtemp(prefix=f"rp-redis-{self.port}-")
+            Path(self.dir, OWNER_FILE).write_text(str(os.getpid()))
             try:
                 self.start()
                 break
@@ -251,6 +252,36 @@ class RedisServer:
 def _stop_all() -> None:
     for server in _started:
         server.stop()
+
+
+OWNER_FILE = "owner.pid"
+
+
+def reap_orphans() -> int:
+    """Stop the servers of earlier runs that died without their atexit (killed by a timeout
+    or by hand): each server's directory names the test process that owns it, and a server
+    whose owner is gone is killed and its directory removed. Returns how many were."""
+    reaped = 0
+    for owner_file in Path(tempfile.gettempdir()).glob(f"rp-redis-*/{OWNER_FILE}"):
+        directory = owner_file.parent
+        try:
+            owner = int(owner_file.read_text())
+            os.kill(owner, 0)
+            continue  # the owner still runs
+        except ProcessLookupError:
+            pass
+        except (ValueError, OSError):
+            continue
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if os.readlink(proc / "cwd") == str(directory):
+                    os.kill(int(proc.name), signal.SIGCONT)  # a paused server, too
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    reaped += 1
+            except OSError:
+                continue
+        shutil.rmtree(directory, ignore_errors=True)
+    return reaped
 
 
 def server_version(binary: str | None = None) -> tuple[int, ...]:

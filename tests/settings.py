@@ -60,6 +60,7 @@ TEMPLATES = [
     }
 ]
 
+STATIC_URL = "/static/"  # pytest-django's live server (tests/test_devices_browser.py) needs one
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 LOGGING_CONFIG = None

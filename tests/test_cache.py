@@ -1,5 +1,5 @@
 """The cache backend: Django/django-redis API, TTL discipline, counters, clear, async,
-@cached, invalidate_on_commit, bad input and Redis-down behaviour (SPEC 2, issue 4)."""
+@cached, invalidate_on_commit, bad input and Redis-down behaviour."""
 
 from __future__ import annotations
 
@@ -133,6 +133,8 @@ def test_none_from_get_or_set_is_cached(cache: Any) -> None:
     assert len(calls) == 1
 
 
+# Keys with spaces or control characters work; they warn as on every Django backend.
+@pytest.mark.filterwarnings("ignore::django.core.cache.backends.base.CacheKeyWarning")
 @pytest.mark.parametrize(
     "key",
     ["ключ-ユニコード", "with spaces", "{braces}", "a}b{", "{}", "x{y}z:{w}", "\t\n"],
@@ -159,7 +161,7 @@ def test_ten_megabyte_values(cache: Any) -> None:
     assert cache.get("big2") == big
 
 
-# --- TTL discipline (SPEC D1) ----------------------------------------------------------
+# --- TTL discipline (every key has a TTL) ---------------------------------------------------------
 
 
 def test_timeout_none_raises_missing_ttl_error(cache: Any, redis_client: redis.Redis) -> None:
@@ -393,7 +395,7 @@ def test_invalidate_on_commit_waits_for_the_commit(cache: Any) -> None:
     assert cache.get("user:1") is None
 
 
-# --- Redis down (SPEC D3) ---------------------------------------------------------------
+# --- Redis down (the Redis-unusable policy) -------------------------------------------------------
 
 
 def test_redis_down_with_ignore_exceptions_reads_miss_and_callable_runs(
@@ -411,7 +413,7 @@ def test_redis_down_with_ignore_exceptions_reads_miss_and_callable_runs(
     assert backend.get_or_set("k", lambda: "computed", 30) == "computed"
     assert asyncio.run(backend.aget("k", "adefault")) == "adefault"
     assert asyncio.run(backend.aget_or_set("k", lambda: "acomputed", 30)) == "acomputed"
-    assert backend.set("k", "v", 30) is None
+    assert backend.set("k", "v", 30) is False  # skipped, and it says so (as aset does)
     backend.clear()
     assert time.monotonic() - started < 20  # bounded: no long retry schedule
     assert any("without Redis" in r.getMessage() for r in caplog.records)
@@ -485,5 +487,5 @@ def test_async_raising_computer_releases_the_lock_at_once(
         return value, time.monotonic() - started
 
     value, seconds = asyncio.run(run())
-    assert value == "second try" and seconds < 1  # no lease to wait out
+    assert value == "second try" and seconds < 5  # no lease (10 s) to wait out
     assert not list(redis_client.scan_iter(match=f"{PREFIX}:*rp-lock*"))

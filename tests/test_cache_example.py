@@ -40,6 +40,10 @@ first = client.get("/cache/")
 assert first.status_code == 200 and b"Stampede-safe cache" in first.content
 assert b"is not <code>django_redispatterns" not in first.content
 assert computes(first) == 1
+# The page tells the fresh part of the lifetime from the stale window kept after it.
+fresh = int(re.search(rb"fresh for</th><td>(\d+) s", first.content).group(1))
+assert 25 <= fresh <= 30, fresh
+assert b"then kept stale for" in first.content and b"STALE_TTL</code> = 30 s" in first.content
 assert computes(client.get("/cache/")) == 1  # cached: not computed again
 assert client.post("/cache/", {"action": "expire"}).status_code == 302
 assert computes(client.get("/cache/")) == 2

@@ -1,5 +1,5 @@
 """Stampede protection under real concurrency: threads, processes, a raising and a killed
-computer, stale-while-revalidate, XFetch, wake-ups instead of polling (SPEC 2, issue 4)."""
+computer, stale-while-revalidate, XFetch, wake-ups instead of polling."""
 
 from __future__ import annotations
 

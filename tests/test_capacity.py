@@ -34,7 +34,7 @@ MAX_BYTES = {  # generous ceilings: a regression that doubles a record fails
     "rate limit sliding_window, 1 hit": 400,
     "rate limit fixed_window, 1 hit": 300,
     "rate limit token_bucket, 1 hit": 300,
-    # one key whatever the request rate (no per-hit re-send markers, SPEC D4)
+    # one key whatever the request rate (no per-hit re-send markers, no silent duplicate writes)
     "rate limit fixed_window, 100 hits in window": 300,
     "rate limit token_bucket, 100 hits in window": 300,
     "idempotency record (201, 96 B JSON body)": 1000,

@@ -373,6 +373,28 @@ def test_a_key_function_that_drops_the_prefix_or_version_warns(function: Any,
     assert message.id == "redispatterns.W019" and f"drops the key {dropped}" in message.msg
 
 
+def key_with_prefix_last(key: str, key_prefix: str, version: int) -> str:
+    return f"{key}:{version}:{key_prefix}"
+
+
+def test_a_key_function_that_clear_cannot_scope_warns_on_our_backend() -> None:
+    # Prefix and version are there, but not at a fixed beginning: clear() refuses it.
+    ours = redis_cache("django_redispatterns.cache.RedisCache", KEY_PREFIX="app",
+                       KEY_FUNCTION=f"{__name__}.key_with_prefix_last")
+    with override_settings(CACHES=ours):
+        (message,) = checks.check_cache_key_functions()
+    assert message.id == "redispatterns.W019" and "clear() cannot prove" in message.msg
+    # django-redis's own backend clears with FLUSHDB; CLEAR_FLUSHDB on ours likewise.
+    plain = redis_cache("django_redis.cache.RedisCache", KEY_PREFIX="app",
+                        KEY_FUNCTION=f"{__name__}.key_with_prefix_last")
+    flushing = redis_cache("django_redispatterns.cache.RedisCache", KEY_PREFIX="app",
+                           KEY_FUNCTION=f"{__name__}.key_with_prefix_last",
+                           OPTIONS={"CLEAR_FLUSHDB": True})
+    for caches in (plain, flushing):
+        with override_settings(CACHES=caches):
+            assert checks.check_cache_key_functions() == []
+
+
 def test_key_functions_that_keep_both_are_quiet() -> None:
     for function in (f"{__name__}.key_with_both", None):
         extra = {"KEY_FUNCTION": function} if function else {}

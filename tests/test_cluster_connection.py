@@ -1,8 +1,8 @@
-"""Connections and Lua on real Redis Cluster and Sentinel topologies (SPEC section 9).
+"""Connections and Lua on real Redis Cluster and Sentinel topologies.
 
 URL forms (sync and asyncio), EVALSHA routing by key slot, NOSCRIPT recovery on every
 node, pipelines of scripts split across nodes, TRYAGAIN/ASK during a live slot
-migration, and "no silent re-send of a timed-out script" (SPEC D4) on both topologies.
+migration, and "no silent re-send of a timed-out script" on both topologies.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def test_multi_key_script_gives_a_clear_error_when_the_migration_does_not_end(
     assert PAIR(client, [a, b]) == 2
 
 
-# --- SPEC D4: a timed-out script is never re-sent ----------------------------------------
+# --- No silent duplicate writes: a timed-out script is never re-sent ------------------------------
 
 
 def test_cluster_client_does_not_resend_a_timed_out_script(

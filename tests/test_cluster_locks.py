@@ -13,9 +13,19 @@ import threading
 import time
 
 import pytest
+from redis.crc import key_slot
 
 from django_redispatterns import connection
-from django_redispatterns.locks import Lock, MultiLock, fence_key, held_key, locked, single_flight
+from django_redispatterns.locks import (
+    Lock,
+    MultiLock,
+    _names,
+    _waiting,
+    fence_key,
+    held_key,
+    locked,
+    single_flight,
+)
 from tests import test_locks
 from tests.redis_servers import KEY_PREFIX
 from tests.topologies import ClusterTopology
@@ -164,3 +174,31 @@ def test_bad_lock_names_still_fail_before_touching_the_cluster(
 ) -> None:
     with pytest.raises(ValueError, match="lock name"):
         Lock(name)  # type: ignore[arg-type]
+
+
+def test_a_waiter_is_woken_by_the_release_on_cluster(
+    cluster_settings: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wake-up list and the waiting marker share the lock's slot; the waiter blocks on
+    the slot's node over a connection of its own, and a release wakes it."""
+    for bound in ("MAX_BLOCK", "MIN_DELAY", "MAX_DELAY"):
+        monkeypatch.setattr(_waiting, bound, 60.0)  # only a wake-up ends the wait early
+    client = connection.get_client("LOCKS")
+    names = [held_key("cwake"), fence_key("cwake"), _names.waiting_key("cwake"),
+             _names.wake_key("cwake")]
+    assert len({key_slot(k.encode()) for k in names}) == 1
+    holder = Lock("cwake", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(
+        Lock("cwake", ttl=5, wait=90, auto_renew=False).acquire()))
+    waiter.start()
+    deadline = time.monotonic() + 15
+    while not client.exists(_names.waiting_key("cwake")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    holder.release()
+    waiter.join(15)
+    assert got == [True]
+    for key in names[1:]:
+        assert client.pttl(key) > 0 or not client.exists(key), key

@@ -1,4 +1,4 @@
-"""``resend=False`` clients (SPEC D4's "retries off" remedy): a call that timed out is
+"""``resend=False`` clients (the "retries off" remedy for silent re-sends): a call that timed out is
 never sent again, on URL connections and on django-redis CACHES aliases, sync and async."""
 
 from __future__ import annotations
@@ -46,6 +46,12 @@ def settings_for(server: RedisServer) -> Any:
     )
 
 
+# The server resumes when it sees a client hang up on it; on a loaded machine an unrelated
+# connection closing can resume it before the call timed out. The call then simply succeeds
+# (once): the scenario did not happen, so it is tried again; a re-send fails at once.
+ATTEMPTS = 3
+
+
 def runs(server: RedisServer, client: Any) -> tuple[int, BaseException | None]:
     """Send INCR once through ``client`` while the server is stopped, so that the call times
     out (0.3 s); then how many times the server ran it, and what the call raised."""
@@ -91,9 +97,12 @@ def test_sync_client_without_resend_runs_a_timed_out_call_once(
         client = connection.client_for(name, resend=False)
         assert client is connection.client_for(name, resend=False)  # built once
         assert client.ping()
-        count, error = runs(server, client)
+        for _attempt in range(ATTEMPTS):
+            count, error = runs(server, client)
+            assert count == 1  # the call ran once: it was never sent again
+            if isinstance(error, redis.TimeoutError):
+                break
     assert isinstance(error, redis.TimeoutError)  # the caller learns of the timeout
-    assert count == 1  # and the call ran once: it was never sent again
 
 
 @pytest.mark.parametrize("conn", ["url", "alias"])
@@ -104,7 +113,12 @@ def test_async_client_without_resend_runs_a_timed_out_call_once(
         client = connection.async_client_for(name, resend=False)
         try:
             assert await client.ping()
-            return await aruns(server, client)
+            for _attempt in range(ATTEMPTS):
+                count, error = await aruns(server, client)
+                assert count == 1  # the call ran once: it was never sent again
+                if isinstance(error, redis.TimeoutError):
+                    break
+            return count, error
         finally:
             await client.aclose()
 

@@ -2,7 +2,7 @@
 
 Each test points the whole app (rate limits, sessions, idempotency, the cache, locks) at a
 throwaway ``redis-server`` with a 0.5 s socket timeout, serves one request per feature
-before, during and after a fault, and checks the policy of SPEC D3 (docs/failure-modes.md):
+before, during and after a fault, and checks the Redis-unusable policy (docs/failure-modes.md):
 
 ==============  =========================  ========================================
 feature         while Redis is unusable    afterwards
@@ -264,7 +264,7 @@ def test_rate_limit_fail_closed_answers_503_within_the_bound(app: RedisServer) -
         # the view changed the session, then Redis died before the save: 503, cookie kept
         ("sess", "get", "/sess/", 503, None),
         # the view ran (its side effect is real) but its answer could not be stored: the
-        # client still gets the real response; a retry may run it again (SPEC D5)
+        # client still gets the real response; a retry may run it again (at least once)
         ("charge", "post", "/charge/", 201, "charge"),
         # the value was computed; storing it failed (logged): served anyway
         ("compute", "get", "/cache/", 200, "compute"),

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests.redis_servers import (
     RedisServer,
     delete_own_keys,
     own_keys_without_ttl,
+    reap_orphans,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,3 +141,35 @@ def test_no_test_hard_codes_the_key_prefix() -> None:
             if re.search(r"""(?<!\w)[fbrFBR]{0,2}["']rptest""", line):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not found, "use tests.redis_servers.KEY_PREFIX / CACHE_PREFIX:\n" + "\n".join(found)
+
+
+def test_servers_of_a_killed_run_are_reaped() -> None:
+    """A run killed before its atexit leaves its servers running; the next run stops them
+    (and never a server whose owner still runs)."""
+    script = ("import os, sys; from tests.redis_servers import RedisServer; s = RedisServer(); "
+              "print(s.dir, s.process.pid, flush=True); os._exit(0)")  # skips atexit
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    directory, pid = out[0], int(out[1])
+    mine = RedisServer()
+    try:
+        os.kill(pid, 0)  # the orphan is alive
+        assert reap_orphans() >= 1
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid)
+        assert not os.path.exists(directory)
+        assert mine.client().ping()  # ours, whose owner runs, was left alone
+    finally:
+        mine.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (killed, not yet reaped by init) counts as gone
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"

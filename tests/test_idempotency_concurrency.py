@@ -155,7 +155,7 @@ def test_crashed_holder_blocks_until_its_lease_ends_then_the_retry_runs(
         if proc.is_alive():
             proc.kill()
     # Same key, but the query differs from the crashed request: the lease ended, so the key
-    # is free again and the retry runs (at least once after a crash, SPEC D5).
+    # is free again and the retry runs (at least once after a crash).
     assert retry.status_code == 201 and retry.get("Idempotent-Replayed") is None
     assert runs(redis_client, "charge:start") == 2
 

@@ -1,4 +1,4 @@
-"""Idempotency when Redis fails or holds data we did not write (SPEC D3: fail closed)."""
+"""Idempotency when Redis fails or holds data we did not write (fail closed)."""
 
 from __future__ import annotations
 

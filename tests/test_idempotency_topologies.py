@@ -1,4 +1,4 @@
-"""Idempotency on Redis Cluster and behind Sentinel (SPEC section 9)."""
+"""Idempotency on Redis Cluster and behind Sentinel."""
 
 from __future__ import annotations
 

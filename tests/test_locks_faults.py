@@ -26,7 +26,7 @@ def test_redis_restarted_while_held_raises_lock_lost(
         server.restart()  # no persistence: the lock key is gone
         assert wait_until(lambda: lock.lost, 5)
     assert [e["name"] for e in received["lost"]] == ["restart"]
-    # After the restart the name is free and fencing still rises (server time, SPEC D2).
+    # After the restart the name is free and fencing still rises (server time).
     with Lock("restart", ttl=5, connection=server.url) as again:
         assert again.fencing_token > lock.fencing_token  # type: ignore[operator]
 
@@ -171,7 +171,7 @@ def test_no_keys_without_ttl_on_throwaway_servers(masters: list[Any]) -> None:
         assert found and all(client.pttl(k) > 0 for k in found)
 
 
-# --- WAIT for replicas (SPEC D2's option) ------------------------------------------------
+# --- WAIT for replicas (an option of fencing) ------------------------------------------------
 
 
 def test_min_replicas_acknowledged_or_rolled_back(redis_server_factory: Any) -> None:
@@ -198,7 +198,7 @@ def test_min_replicas_acknowledged_or_rolled_back(redis_server_factory: Any) -> 
         with pytest.raises(BackendUnavailable, match="replicas acknowledged"):
             Lock("unreplicated", ttl=5, min_replicas=1, replica_timeout=0.2,
                  connection=master.url).acquire()
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # not waiting on the paused replica
         assert not master.client().exists(held_key("unreplicated"))  # rolled back by token
     finally:
         replica.resume()

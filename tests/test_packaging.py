@@ -24,6 +24,10 @@ def test_wheel_contains_every_lua_script(tmp_path: Path) -> None:
     expected = {f"django_redispatterns/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
     assert "django_redispatterns/py.typed" in names
+    templates = {f"django_redispatterns/templates/redispatterns/{name}.html"
+                 for name in ("devices", "devices_base", "devices_device", "devices_unavailable")}
+    assert templates <= names, f"missing from the wheel: {sorted(templates - names)}"
+    assert "django_redispatterns/templates/redispatterns/sessions_unavailable.html" in names
 
 
 @pytest.mark.slow

@@ -201,7 +201,7 @@ def test_save_does_not_resurrect_a_session_deleted_elsewhere(redis_client: redis
 
 
 def test_a_retried_create_succeeds_once(redis_client: redis.Redis) -> None:
-    """SPEC D4: redis-py re-sends a timed-out call; the create must not then fail."""
+    """redis-py re-sends a timed-out call; the create must not then fail."""
     store = SessionStore()
     key = store._get_new_session_key()
     keys = [data_key(key), f"{KEY_PREFIX}:sess:{{{key[:32]}}}:u"]

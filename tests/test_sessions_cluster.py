@@ -102,3 +102,20 @@ def test_native_async_engine_on_cluster(cluster_settings: str) -> None:
 
     asyncio.run(scenario())
     assert user_sessions(11) == []
+
+
+def test_the_per_user_cap_ends_the_oldest_sessions_on_cluster(cluster_settings: str) -> None:
+    from django.conf import settings
+
+    sessions = {**settings.REDIS_PATTERNS.get("SESSIONS", {}), "MAX_PER_USER": 3}
+    with override_settings(REDIS_PATTERNS={**settings.REDIS_PATTERNS, "SESSIONS": sessions}):
+        keys = []
+        for n in range(5):
+            store = SessionStore()
+            store[SESSION_KEY] = "41"
+            store.set_expiry(600 + 60 * n)
+            store.save()
+            keys.append(store.session_key)
+        assert [SessionStore(k).get(SESSION_KEY) for k in keys] == [None, None, "41", "41", "41"]
+        assert len(user_sessions(41)) == 3
+        assert logout_everywhere(41) == 3

@@ -38,10 +38,42 @@ for agent in ("Firefox on Linux", "Safari on iPhone", "Chrome on Windows"):
     devices.append(client)
 page = devices[0].get("/sessions/").content.decode()
 assert "this device" in page and "Safari on iPhone" in page and page.count("Sign out</button>") == 2
+assert 'href="/account/devices/"' in page
+listed = devices[0].get("/account/devices/").content.decode()
+assert "all patterns" in listed  # the demo's own layout (its devices_base.html override)
+assert listed.count('class="device') == 3 and listed.count("This device") == 1
+assert "Safari on iPhone" in listed
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django_redispatterns.contrib.devices.admin import logout_everywhere_action
+assert logout_everywhere_action in admin.site._registry[get_user_model()].actions
 done = devices[0].post("/sessions/", {"action": "others"}, follow=True).content.decode()
 assert "Signed out 2 other session(s)." in done, done
 assert b"Sign in" in devices[1].get("/sessions/").content
 assert devices[0].post("/accounts/logout/?next=/sessions/").status_code == 302
+
+# The admin action, on Django's own UserAdmin (added by the devices app).
+from django.contrib.auth.models import Permission
+def signed_in(username, password):
+    client = Client()
+    assert client.post("/accounts/login/", {"username": username, "password": password}
+                       ).status_code == 302
+    return client
+User = get_user_model()
+User.objects.create_superuser("boss", password="boss-password")
+viewer = User.objects.create_user("viewer", password="viewer-password", is_staff=True)
+viewer.user_permissions.add(Permission.objects.get(codename="view_user"))
+demo_devices = [signed_in("demo", "demo-password") for _ in range(2)]
+boss, watcher = signed_in("boss", "boss-password"), signed_in("viewer", "viewer-password")
+assert "logout_everywhere_action" in boss.get("/admin/auth/user/").content.decode()
+seen = watcher.get("/admin/auth/user/")
+assert seen.status_code == 200 and "logout_everywhere_action" not in seen.content.decode()
+demo = User.objects.get(username="demo")
+done = boss.post("/admin/auth/user/", {"action": "logout_everywhere_action",
+                                       "_selected_action": [demo.pk]}, follow=True)
+assert "Logged out 1 user(s) everywhere (2 session(s) ended)." in done.content.decode()
+assert all(b"Sign in" in d.get("/sessions/").content for d in demo_devices)
+assert boss.get("/admin/auth/user/").status_code == 200  # the admin stays signed in
 print("ok")
 '''
 

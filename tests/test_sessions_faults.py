@@ -1,4 +1,4 @@
-"""SPEC D3 for sessions: Redis down means 503 and the session cookie left alone.
+"""Sessions when Redis is unusable: Redis down means 503 and the session cookie left alone.
 
 Each test runs the session engine on a throwaway redis-server that it kills or pauses,
 through Django's real ``SessionMiddleware`` and ``AuthenticationMiddleware``.
@@ -234,3 +234,97 @@ def test_native_async_engine_during_an_outage(server: RedisServer, alice: Any) -
             await SessionStore().asave()
 
     asyncio.run(scenario())
+
+
+# --- the 503 page: content negotiation, one warning, no "Internal Server Error" ----------
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+def _problems_logged(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """Records at WARNING or above from Django and from this app, logged by this thread
+    (the test client's request; not another test's leftover background threads)."""
+    import threading
+
+    return [r for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name.startswith("django")
+            and r.thread == threading.get_ident()]
+
+
+def _assert_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    records = _problems_logged(caplog)
+    shown = [(r.name, r.levelname, r.getMessage()) for r in records]
+    assert [r.levelno for r in records] == [logging.WARNING], shown
+    assert records[0].name == "django_redispatterns.sessions", shown
+    assert records[0].exc_info is None, shown
+    assert not [r for r in caplog.records if r.name == "django.request"], shown
+
+
+def test_a_browser_login_during_an_outage_gets_an_html_page_and_one_warning(
+    server: RedisServer, alice: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = Client(raise_request_exception=False)
+    client.get("/write/x/")  # an anonymous session with a cookie
+    cookie = client.cookies["sessionid"].value
+    server.kill()
+    with caplog.at_level(logging.DEBUG):
+        response = client.post("/login/", {"username": "alice", "password": "pw"},
+                               HTTP_ACCEPT=BROWSER_ACCEPT)
+    assert response.status_code == 503
+    assert response["Content-Type"].startswith("text/html")
+    assert response["Retry-After"] == "5"
+    assert response["Cache-Control"] == "no-store"
+    assert b"<html" in response.content.lower()
+    assert_cookie_untouched(response)
+    assert client.cookies["sessionid"].value == cookie
+    _assert_one_warning(caplog)
+
+
+@pytest.mark.parametrize("accept", [None, "application/json", "application/problem+json",
+                                    "*/*", "application/json, text/html;q=0.5"])
+def test_api_clients_during_an_outage_get_problem_json_and_one_warning(
+    server: RedisServer, alice: Any, caplog: pytest.LogCaptureFixture, accept: str | None
+) -> None:
+    client = signed_in()
+    cookie = client.cookies["sessionid"].value
+    server.kill()
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    with caplog.at_level(logging.DEBUG):
+        response = client.get("/whoami/", **headers)
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "session_store_unavailable"
+    assert_cookie_untouched(response)
+    assert client.cookies["sessionid"].value == cookie
+    _assert_one_warning(caplog)
+
+
+def test_the_503_page_is_an_overridable_template(
+    server: RedisServer, alice: Any, tmp_path: Any
+) -> None:
+    from django.conf import settings
+
+    page = tmp_path / "redispatterns" / "sessions_unavailable.html"
+    page.parent.mkdir()
+    page.write_text("<html><body>Back in {{ retry_after }} seconds, ours</body></html>")
+    templates = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
+    client = signed_in()
+    server.kill()
+    with override_settings(TEMPLATES=templates):
+        response = client.get("/whoami/", HTTP_ACCEPT=BROWSER_ACCEPT)
+    assert response.status_code == 503
+    assert b"Back in 5 seconds, ours" in response.content
+    assert_cookie_untouched(response)
+
+
+def test_redis_dying_before_the_save_is_one_warning_too(
+    server: RedisServer, alice: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = signed_in()
+    urls_sessions.during_view.append(server.kill)  # after the load, before the save
+    with caplog.at_level(logging.DEBUG):
+        response = client.get("/write/new-value/", HTTP_ACCEPT=BROWSER_ACCEPT)
+    assert response.status_code == 503
+    assert response["Content-Type"].startswith("text/html")
+    assert_cookie_untouched(response)
+    _assert_one_warning(caplog)

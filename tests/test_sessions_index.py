@@ -279,19 +279,33 @@ def test_ten_thousand_sessions_are_revoked_in_batches(own_redis: redis.Redis) ->
         ]
         assert scripts.run_many(own_redis, calls) == [1] * 1000
     assert own_redis.zcard(index_key(user)) == 10_000
-    keeper = SessionStore()
-    keeper[SESSION_KEY] = str(user.pk)
-    keeper.save()
+    from django.conf import settings
+
+    # A cap above the 10,000, so the keeper's sign-in ends none of them (test_sessions_cap).
+    sessions_settings = {**settings.REDIS_PATTERNS.get("SESSIONS", {}), "MAX_PER_USER": 20_000}
+    with override_settings(REDIS_PATTERNS={**settings.REDIS_PATTERNS,
+                                           "SESSIONS": sessions_settings}):
+        keeper = SessionStore()
+        keeper[SESSION_KEY] = str(user.pk)
+        keeper.save()
     own_redis.slowlog_reset()
+    own_redis.config_resetstat()
     started = time.monotonic()
     assert logout_everywhere(user, keep=keeper.session_key) == 10_000
     elapsed = time.monotonic() - started
-    assert elapsed < 20, elapsed
+    assert elapsed < 60, elapsed
+    # batched: many bounded script calls (10,000 sessions in batches of at most a few
+    # hundred), not one call that blocks the server for all of them
+    scripts_run = sum(
+        stats["calls"] for name, stats in own_redis.info("commandstats").items()
+        if name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+    assert scripts_run >= 10, scripts_run
     assert indexed(own_redis, user) == {session_handle(keeper.session_key or "")}
     assert live_data_keys(own_redis, user) == indexed(own_redis, user)
-    # batched: no single call took long enough to reach the slow log's default 10 ms
+    # and no single call came near a second of server time, even on a loaded machine
     slow = own_redis.slowlog_get(128)
-    assert all(e["duration"] < 100_000 for e in slow), slow  # microseconds
+    assert all(e["duration"] < 1_000_000 for e in slow), slow  # microseconds
 
 
 # --- password change ---------------------------------------------------------------------
@@ -491,7 +505,7 @@ def test_sessions_created_by_other_processes_are_all_indexed_and_revoked(
     user = make_user()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as pool:
-        results = [pool.apply_async(create_sessions, (redis_url, str(user.pk), 150))
+        results = [pool.apply_async(create_sessions, (redis_url, str(user.pk), 150, 1000))
                    for _ in range(2)]
         revoked = 0
         deadline = time.monotonic() + 90
@@ -619,3 +633,25 @@ def test_stored_ip_truncation(address: str, stored: str) -> None:
     from django_redispatterns.middleware.sessions import stored_ip
 
     assert stored_ip(address) == stored
+
+
+def test_sessions_command_user_is_a_pk_or_a_username(capsys: pytest.CaptureFixture[str]) -> None:
+    alice = make_user()
+    device(agent="Browser/pk")
+    # a username made of digits that is nobody's pk: found as a username
+    digits = get_user_model().objects.create_user(username=str(alice.pk + 1000), password="pw")
+    for value in (str(alice.pk), "alice"):
+        for argv in (["list", value], ["list", "--user", value]):
+            call_command("sessions", *argv)
+            out = capsys.readouterr().out
+            assert "1 live session(s) of alice" in out and "Browser/pk" in out, (argv, out)
+    call_command("sessions", "list", "--user", digits.get_username())
+    assert "0 live session(s) of " + digits.get_username() in capsys.readouterr().out
+    call_command("sessions", "revoke", "--user", "alice")
+    assert "revoked 1 session" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="no user"):
+        call_command("sessions", "list", "--user", "nobody")
+    with pytest.raises(CommandError, match="name one user"):
+        call_command("sessions", "list")
+    with pytest.raises(CommandError, match="name one user"):
+        call_command("sessions", "list", "alice", "--user", "bob")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .ttl import TtlPolicy
 
 T = TypeVar("T")
+_SKIPPED = object()  # a fallback no Redis reply can be
 
 
 class Backend(Protocol):
@@ -48,6 +49,8 @@ class Backend(Protocol):
     def _awrite(self, key: Any, value: Any, timeout: Any, version: int | None,
                 nx: bool) -> Awaitable[Any]: ...
     def aincr(self, key: Any, delta: int = 1, version: int | None = None) -> Awaitable[Any]: ...
+    def aset(self, key: Any, value: Any, timeout: Any = ...,
+             version: int | None = None) -> Awaitable[Any]: ...
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any: ...
     def get_many(self, keys: Iterable[Any], version: int | None = None) -> Any: ...
     def delete(self, key: Any, version: int | None = None) -> Any: ...
@@ -115,6 +118,17 @@ class AsyncMethods:
                    version: int | None = None) -> Any:
         return await self._awrite(key, value, timeout, version, nx=False)
 
+    async def aset_many(self: Backend, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
+                        version: int | None = None) -> list[Any]:
+        """The keys not stored, as ``set_many`` answers (Django's inherited ``aset_many``
+        answers ``[]`` whatever happened). Once one write fails, the rest are not tried: a
+        dead or hung Redis costs one socket timeout, not one per key."""
+        keys = list(data)
+        for i, key in enumerate(keys):
+            if not await self.aset(key, data[key], timeout=timeout, version=version):
+                return keys[i:]
+        return []
+
     async def aadd(self: Backend, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None) -> Any:
         return await self._awrite(key, value, timeout, version, nx=True)
@@ -154,7 +168,9 @@ class AsyncMethods:
         async def call(ac: Any) -> Any:
             return await self._counters.aincr(ac, nkey, delta)
 
-        value = await self._acall("incr", None, call, lambda: self.incr(key, delta, version))
+        value = await self._acall("incr", _SKIPPED, call, lambda: self.incr(key, delta, version))
+        if value is _SKIPPED:
+            return None  # Redis failed (IGNORE_EXCEPTIONS): no count, as incr() answers
         if value is None:
             raise ValueError(f"Key {key!r} not found")
         return value

@@ -12,7 +12,10 @@ on top of it this backend guarantees:
   recomputes (``OPTIONS["STALE_TTL"]``) — :mod:`.flight`, :mod:`.stampede`;
 * ``incr``/``decr``/``aincr``/``adecr`` are one atomic command that keeps the TTL —
   :mod:`.counters`;
-* ``clear()`` deletes only this cache's ``KEY_PREFIX`` (SCAN + UNLINK in batches);
+* ``clear()`` deletes only this cache's ``KEY_PREFIX`` (SCAN + UNLINK in batches), and
+  only when the key function provably scopes every key — :mod:`.scope`;
+* django-redis's extras keep the rules: set/hash/sorted-set writes get a TTL in the same
+  round trip, ``lock()`` is leased and fenced, ``keys()`` uses SCAN — :mod:`.inherited`;
 * the ``a*`` methods run on ``redis.asyncio`` (no thread hop) for single-URL locations —
   :mod:`.asyncapi`.
 
@@ -22,38 +25,57 @@ the part that does it. The hit paths (``get``, ``get_or_set``) stay inline: one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
-from django_redis.client.default import glob_escape
+from django_redis.exceptions import ConnectionInterrupted
 
+from ..connection.cacheoptions import translate
+from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
 from .codec import MAGIC_LEN, MISSING, Codec, client_class
+from .compat import DjangoContract
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
 from .flight import SingleFlight, value_of
+from .inherited import InheritedMethods
+from .near import shared as shared_near_cache
+from .nearhooks import with_near_cache
+from .nearstore import read_config
 from .ops import RedisOps
 from .ttl import TtlPolicy
 
 T = TypeVar("T")
 
 
-class RedisCache(AsyncMethods, DjangoRedisCache):
+@with_near_cache
+class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCache):
     """django-redis's ``RedisCache`` with TTL discipline and stampede protection.
 
-    OPTIONS (besides every django-redis option): ``ALLOW_NO_TTL`` (False), ``TTL_JITTER``
+    OPTIONS: every django-redis option; the Django-style ones of Django's own Redis
+    backend (``db``, ``socket_timeout``, ``pool_class``, ...; mapped to django-redis's,
+    see :mod:`django_redispatterns.connection.cacheoptions`); and ``ALLOW_NO_TTL`` (False),
+    ``TTL_JITTER``
     (0.0, a fraction), ``STALE_TTL`` (0 s), ``XFETCH_BETA`` (1.0; 0 turns it off),
     ``STAMPEDE_LEASE`` (10 s), ``STAMPEDE_WAIT`` (2 x lease), ``CLEAR_FLUSHDB`` (False).
     """
 
+    # Django-style OPTIONS ("db", "socket_timeout", ...) are mapped, not ignored
+    # (connection.cacheoptions); the checks and the connection builders read this flag.
+    DJANGO_STYLE_OPTIONS = True
+    # The OPTIONS it reads besides django-redis's; the checks refuse any other (a subclass
+    # that reads more extends this).
+    OWN_OPTIONS: frozenset[str] = options.OWN_OPTIONS
+
     def __init__(self, server: str, params: dict[str, Any]) -> None:
+        server, opts = translate(server, params.get("OPTIONS", {}))
+        params = {**params, "OPTIONS": opts}
         super().__init__(server, params)
-        opts: dict[str, Any] = params.get("OPTIONS", {})
         own = options.read(opts)
         self._ttl = TtlPolicy(allow_no_ttl=own.allow_no_ttl, jitter=own.jitter)
         self._clear_flushdb = own.clear_flushdb
@@ -73,6 +95,11 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
             self._codec, lambda: self._ttl.counter_ttl_ms(self.default_timeout))
         self._flight = SingleFlight(self._codec, self._ops, own.policy,
                                     stampede.Reporter(self), self._degraded, repr(server))
+        near = read_config(opts.get("NEAR_CACHE"))
+        if near is not None and (self._herd or self._shard):
+            raise ConfigurationError("CACHES OPTIONS['NEAR_CACHE'] needs django-redis's "
+                                     "DefaultClient (not HerdClient or ShardClient).")
+        self._near = None if near is None else shared_near_cache(self, near, server, opts)
 
     def _single_flight(self) -> bool:
         # HerdClient stores its own packed tuples; it is superseded by this backend, so
@@ -88,29 +115,55 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
     def _resolve_ttl(self, timeout: Any) -> float | None:
         return self._ttl.resolve(timeout, self.default_timeout)
 
+    def _write(self, operation: str, fallback: T, call: Callable[[], T]) -> T:
+        """``call()`` on django-redis's client; a Redis failure degrades to ``fallback``
+        (with ``IGNORE_EXCEPTIONS``; without it the redis-py error is raised). django-redis's
+        own wrappers answer None for every failed write, and some (``touch``) let the error
+        through: a skipped write must say so (False, or the keys not stored)."""
+        try:
+            return call()
+        except ConnectionInterrupted as exc:
+            return self._degraded(operation, exc.__cause__ or exc, fallback)
+        except REDIS_ERRORS as exc:
+            return self._degraded(operation, exc, fallback)
+
     def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
             client: Any = None, nx: bool = False, xx: bool = False) -> Any:
-        return super().set(key, value, self._resolve_ttl(timeout), version=version,
-                           client=client, nx=nx, xx=xx)
+        ttl = self._resolve_ttl(timeout)
+        return self._write("set", False, lambda: self.client.set(
+            key, value, ttl, version=version, client=client, nx=nx, xx=xx))
 
     def add(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
             client: Any = None) -> Any:
-        return super().add(key, value, self._resolve_ttl(timeout), version=version, client=client)
+        ttl = self._resolve_ttl(timeout)
+        return self._write("add", False, lambda: self.client.add(
+            key, value, ttl, version=version, client=client))
+
+    def delete(self, key: Any, version: int | None = None, prefix: str | None = None,
+               client: Any = None) -> Any:
+        return self._write("delete", False, lambda: bool(self.client.delete(
+            key, version=version, prefix=prefix, client=client)))
 
     def set_many(self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT,
                  version: int | None = None, client: Any = None) -> Any:
+        """Django's contract: the list of keys that were not stored (all of them when
+        Redis failed and ``IGNORE_EXCEPTIONS`` is on)."""
         ttl = self._resolve_ttl(timeout)
-        if not self._ttl.jitter or self._shard:
-            return super().set_many(data, ttl, version=version, client=client)
-        try:  # each key its own jitter, still one round trip
-            self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
-        except REDIS_ERRORS as exc:
-            return self._degraded("set_many", exc, [])
-        return []
+
+        def store() -> list[Any]:
+            if not self._ttl.jitter or self._shard:
+                self.client.set_many(data, ttl, version=version, client=client)
+            else:  # each key its own jitter, still one round trip
+                self._ops.set_each(data, lambda: self._resolve_ttl(timeout), version)
+            return []
+
+        return self._write("set_many", list(data), store)
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
               client: Any = None) -> Any:
-        return super().touch(key, self._resolve_ttl(timeout), version=version, client=client)
+        ttl = self._resolve_ttl(timeout)
+        return self._write("touch", False, lambda: self.client.touch(
+            key, ttl, version=version, client=client))
 
     def persist(self, key: Any, version: int | None = None, client: Any = None) -> Any:
         self._ttl.check_persist()
@@ -210,17 +263,17 @@ class RedisCache(AsyncMethods, DjangoRedisCache):
 
     # --- clear ------------------------------------------------------------------------
 
-    def _clear_pattern(self) -> str:
-        return str(self.key_func("*", glob_escape(self.key_prefix), "[-0-9]*"))
-
     def clear(self) -> None:
         """Delete this cache's keys only (SCAN + UNLINK in batches): sessions, locks and
-        other prefixes on the same database survive. ``OPTIONS["CLEAR_FLUSHDB"]`` restores
+        other prefixes on the same database survive. A ``KEY_FUNCTION`` that does not
+        scope every key by prefix and version raises :class:`UnscopedKeysError` and
+        deletes nothing (:mod:`.scope`). ``OPTIONS["CLEAR_FLUSHDB"]`` restores
         django-redis's FLUSHDB."""
         if self._clear_flushdb:
             return super().clear()
+        pattern = self._own_pattern("clear()")
         try:
-            self._ops.unlink_matching(self._clear_pattern())
+            self._ops.unlink_matching(pattern)
         except REDIS_ERRORS as exc:
             self._degraded("clear", exc, None)
         return None

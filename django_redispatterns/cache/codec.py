@@ -19,6 +19,7 @@ from django_redis.client import DefaultClient
 from redis.crc import key_slot
 
 from . import envelope
+from .compat import ValidatingKeys
 
 MAGIC_LEN = len(envelope.MAGIC)
 MISSING = object()  # "no value" where None is a value
@@ -36,8 +37,10 @@ class EnvelopeAwareDecode:
 
 @functools.cache
 def client_class(base: type) -> type:
-    """``base`` (a django-redis client class) with envelope-aware decoding."""
-    return type(base.__name__, (EnvelopeAwareDecode, base), {"__module__": base.__module__})
+    """``base`` (a django-redis client class) with envelope-aware decoding and Django's
+    key validation."""
+    return type(base.__name__, (EnvelopeAwareDecode, ValidatingKeys, base),
+                {"__module__": base.__module__})
 
 
 if "allow_int" in inspect.signature(DefaultClient.encode).parameters:  # django-redis >= 7

@@ -3,7 +3,8 @@
 One ``lua/cache_incr.lua`` call (``EXISTS`` + ``INCRBY``, the TTL set only when the call
 creates the counter). Beyond 64 bits, where ``INCRBY`` refuses, an optimistic
 ``WATCH``/``MULTI`` update of the decoded value: still atomic, still keeping the TTL.
-Both answer ``None`` for a missing key that had to exist.
+Both answer ``None`` for a missing key that had to exist, and raise
+:class:`~django_redispatterns.exceptions.NotAnIntegerError` for a value that is no integer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import redis
 from redis.exceptions import ResponseError, WatchError
 
 from ..connection import is_cluster
+from ..exceptions import NotAnIntegerError
 from ..scripts import script
 from .codec import Codec
 
@@ -51,7 +53,7 @@ class Counters:
                     raw = pipe.get(nkey)
                     if raw is None:
                         return None
-                    value = self._codec.value(raw) + delta
+                    value = _integer(self._codec.value(raw), nkey) + delta
                     pipe.multi()
                     pipe.set(nkey, self._codec.encode_plain(value), keepttl=True)
                     pipe.execute()
@@ -67,10 +69,18 @@ class Counters:
                     raw = await pipe.get(nkey)
                     if raw is None:
                         return None
-                    value = self._codec.value(raw) + delta
+                    value = _integer(self._codec.value(raw), nkey) + delta
                     pipe.multi()
                     pipe.set(nkey, self._codec.encode_plain(value), keepttl=True)
                     await pipe.execute()
                     return value
                 except WatchError:
                     continue
+
+
+def _integer(value: Any, nkey: str) -> int:
+    if type(value) is not int:  # bool is no counter either
+        raise NotAnIntegerError(
+            f"Cannot increment cache key {nkey!r}: its value is a {type(value).__name__}, "
+            "not an integer.")
+    return value

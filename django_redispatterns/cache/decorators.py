@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -13,6 +12,8 @@ from django.core.cache import caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django.db import transaction
 
+from . import argkey
+
 logger = logging.getLogger("django_redispatterns.cache")
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -20,26 +21,40 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def cached(
     timeout: Any = DEFAULT_TIMEOUT,
-    key: str | None = None,
+    key: str | Callable[..., str] | None = None,
     *,
     cache: str = "default",
     version: int | None = None,
 ) -> Callable[[F], F]:
     """Memoize a function (sync or ``async def``) in cache alias ``cache``.
 
-    ``key`` is a ``str.format`` template filled with the call's arguments
-    (``key="report:{0}"``, ``key="user:{user_id}"``); without it the key is the function's
-    dotted name plus a digest of ``repr()`` of the arguments. With this package's backend
-    the function runs once per expiry across all processes (see ``get_or_set``), and a
-    ``None`` result is cached like any other. The wrapper gains
-    ``.invalidate(*args, **kwargs)`` / ``await .ainvalidate(...)`` (delete the entry those
-    arguments produce) and ``.cache_key(*args, **kwargs)``.
+    ``key`` names the entry of a call:
+
+    * a ``str.format`` template filled with the call's arguments (``key="report:{0}"``,
+      ``key="user:{user_id}"``, ``key="order:{0.pk}"``);
+    * a callable taking the same arguments and returning the key;
+    * omitted: the function's dotted name plus a digest of the arguments' *identity*
+      (:mod:`.argkey`): saved model instances by model, database and primary key, plain
+      values by a type-tagged encoding. Positional and keyword spellings of one call
+      share the entry.
+      Any other argument type (and an unsaved model instance) raises
+      :class:`~django_redispatterns.exceptions.UncacheableArgument`, a ``TypeError``,
+      before the function runs: ``repr()`` is not identity, so two different objects
+      that print alike would read each other's results.
+
+    With this package's backend the function runs once per expiry across all processes
+    (see ``get_or_set``), and a ``None`` result is cached like any other. The wrapper
+    gains ``.invalidate(*args, **kwargs)`` / ``await .ainvalidate(...)`` (delete the entry
+    those arguments produce) and ``.cache_key(*args, **kwargs)``.
     """
 
     def decorate(fn: F) -> F:
         name = f"{fn.__module__}.{fn.__qualname__}"
+        signature = inspect.signature(fn)
 
         def cache_key(*args: Any, **kwargs: Any) -> str:
+            if callable(key):
+                return key(*args, **kwargs)
             if key is not None:
                 try:
                     return key.format(*args, **kwargs)
@@ -47,8 +62,9 @@ def cached(
                     raise TypeError(
                         f"@cached key template {key!r} of {name} needs argument {exc}"
                     ) from None
-            digest = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()
-            return f"cached:{name}:{digest[:32]}"
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return f"cached:{name}:{argkey.digest(bound.arguments)}"
 
         if inspect.iscoroutinefunction(fn):
 

@@ -12,6 +12,10 @@ from typing import Any
 
 from ..exceptions import ConfigurationError
 
+# The options this backend reads besides django-redis's (the checks refuse any other).
+OWN_OPTIONS = frozenset({"ALLOW_NO_TTL", "TTL_JITTER", "CLEAR_FLUSHDB", "STAMPEDE_LEASE",
+                         "STAMPEDE_WAIT", "STALE_TTL", "XFETCH_BETA", "NEAR_CACHE"})
+
 
 @dataclass(frozen=True)
 class Policy:

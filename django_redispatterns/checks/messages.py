@@ -180,15 +180,34 @@ W018 = Message(
 )
 W019 = Message(
     Warning, "W019",
-    "CACHES[{alias!r}]['KEY_FUNCTION'] drops the key {dropped}.",
+    "CACHES[{alias!r}]['KEY_FUNCTION'] {problem}.",
     "Keys of this cache then collide with those of other prefixes or versions (other "
     "caches, other sites, an earlier deploy), and clear() cannot tell its own keys from "
     "theirs, so it refuses to run. Build keys from key_prefix, version and key, like "
     "Django's default ':'.join([key_prefix, str(version), key]).",
 )
 
+E012 = Message(
+    Error, "E012",
+    "CACHES[{alias!r}]['OPTIONS'][{option!r}] is not an option {backend} reads.",
+    "It would be ignored. Django-style options (db, socket_timeout, pool_class, ...) work "
+    "on django_redispatterns.cache.RedisCache (django-redis's own backend ignores them); "
+    "for the rest see docs/cache.md, \"Options\". Fix the spelling or remove it.",
+)
+W020 = Message(
+    Warning, "W020",
+    "CACHES[{alias!r}]['OPTIONS'][{option!r}] is not an option {backend} reads.",
+    "Only the custom {custom} may read it; if it does not, the option is ignored. Fix the "
+    "spelling or remove it.",
+)
+E013 = Message(
+    Error, "E013", "CACHES[{alias!r}] cannot be used: {error}",
+    "See docs/cache.md, \"Options\".",
+)
+
 MESSAGES: tuple[Message, ...] = (
     E001, W001, E002, E003, E004, W002, W004, E008, E009, W003,
     W010, W011, W012, W013, W014, W015, E010, E011, I001, W016, I002, W017, W018, W019,
+    E012, W020, E013,
 )
 

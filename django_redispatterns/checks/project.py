@@ -15,6 +15,7 @@ from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
 
 from ..conf import SETTING_NAME, Config, build_config
+from ..connection.cacheoptions import entry_urls
 from ..exceptions import ConfigurationError
 from .messages import E002
 
@@ -101,10 +102,15 @@ def connection_problem(connection: str) -> str | None:
 
 
 def cache_url(entry: Mapping[str, Any]) -> str | None:
-    """The Redis URL of a CACHES entry (the first of a LOCATION list), or None."""
-    location = entry.get("LOCATION")
-    if isinstance(location, (list, tuple)):
-        location = location[0] if location else None
+    """The Redis URL of a CACHES entry (the first of a LOCATION list), or None. It names
+    the database the entry really uses (``OPTIONS["db"]`` and the like folded in)."""
+    location: Any
+    try:
+        location = next(iter(entry_urls(entry)), None)
+    except ConfigurationError:  # reported by the cache options check
+        location = entry.get("LOCATION")
+        if isinstance(location, (list, tuple)):
+            location = location[0] if location else None
     if not isinstance(location, str) or "://" not in location:
         return None
     return location

@@ -112,8 +112,7 @@ def collect_targets() -> list[Target]:
             target = targets[key] = Target(connection, dict(options or {}), list(sentinels))
         target.roles.add(role)
         if parts.scheme != "redis+cluster":  # the static check judges a cluster URL's db
-            target.dbs.add(url_db(connection) if "db" not in (options or {})
-                           else int((options or {})["db"]))
+            target.dbs.add(url_db(connection))
 
     caches = redis_caches()
     session_alias = getattr(settings, "SESSION_CACHE_ALIAS", "default")
@@ -122,10 +121,7 @@ def collect_targets() -> list[Target]:
         location = cache_url(entry)
         if location is None:
             continue
-        options = _cache_client_options(entry)
-        raw_db = (entry.get("OPTIONS") or {}).get("db")
-        if raw_db is not None:
-            options["db"] = raw_db
+        options = _cache_client_options(entry)  # location names the database already
         sentinels = cache_sentinels(entry)
         add(location, f"cache {alias!r}", options, sentinels)
         if alias == session_alias and session_engine in DJANGO_CACHE_SESSION_ENGINES:

@@ -15,6 +15,7 @@ from redis.retry import Retry
 from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
+from .cacheoptions import entry_urls
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
 
@@ -38,9 +39,8 @@ def cache_location(alias: str) -> str:
             f"REDIS_PATTERNS connection {alias!r} is neither a URL nor an alias in CACHES "
             f"(aliases: {', '.join(sorted(caches)) or 'none'})."
         )
-    location = caches[alias].get("LOCATION")
-    if isinstance(location, (list, tuple)):
-        location = location[0]
+    urls = entry_urls(caches[alias])  # the database Django-style OPTIONS["db"] names, too
+    location = urls[0] if urls else None
     if not isinstance(location, str) or not is_url(location):
         raise ConfigurationError(
             f"CACHES[{alias!r}] has no Redis URL in LOCATION; REDIS_PATTERNS can only use "

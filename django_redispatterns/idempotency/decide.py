@@ -58,18 +58,23 @@ def _precheck(request: HttpRequest, opts: Options) -> HttpResponse | str | None:
     raw = request.META.get(opts.meta_name)
     if raw is None:
         if opts.required:
-            return problem(400, "idempotency_key_missing",
-                           f"This endpoint requires an {opts.header} header.")
+            return _invalid(request, "idempotency_key_missing",
+                            f"This endpoint requires an {opts.header} header.")
         return None
     try:
         return parse_key(raw)
     except InvalidIdempotencyKey as exc:
-        return problem(400, "idempotency_key_invalid", f"{opts.header}: {exc}.")
+        return _invalid(request, "idempotency_key_invalid", f"{opts.header}: {exc}.")
 
 
-def _no_scope(opts: Options) -> HttpResponse:
-    return problem(400, "idempotency_scope_missing",
-                   f"An {opts.header} needs a signed-in user or a session to belong to.")
+def _invalid(request: HttpRequest, code: str, detail: str) -> HttpResponse:
+    signals.idempotency_invalid.send(IdempotencyStore, request=request, code=code)
+    return problem(400, code, detail)
+
+
+def _no_scope(request: HttpRequest, opts: Options) -> HttpResponse:
+    return _invalid(request, "idempotency_scope_missing",
+                    f"An {opts.header} needs a signed-in user or a session to belong to.")
 
 
 def start(request: HttpRequest, opts: Options) -> Decision:
@@ -84,7 +89,7 @@ def start(request: HttpRequest, opts: Options) -> Decision:
     else:
         scope = opts.scope(request)
     if not scope:
-        return _no_scope(opts)
+        return _no_scope(request, opts)
     fp = fingerprint(request)
     try:
         outcome = opts.store.begin(scope, key, fp, lease=opts.lease, max_lease=opts.max_lease)
@@ -105,7 +110,7 @@ async def astart(request: HttpRequest, opts: Options) -> Decision:
     else:
         scope = opts.scope(request)
     if not scope:
-        return _no_scope(opts)
+        return _no_scope(request, opts)
     fp = fingerprint(request)
     try:
         outcome = await opts.store.abegin(scope, key, fp, lease=opts.lease,
@@ -141,6 +146,7 @@ def _refusal(request: HttpRequest, exc: Exception) -> HttpResponse:
         return problem(422, "idempotency_key_reused",
                        f"This key was used for a request with a different "
                        f"{', '.join(exc.fields)}.", mismatch=list(exc.fields))
+    signals.idempotency_unavailable.send(IdempotencyStore, request=request)
     logger.error("idempotency: %s; answering 503 (fail closed: without Redis no request "
                  "can be promised to run at most once)", exc)
     return problem(503, "idempotency_unavailable",

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from django.http import HttpResponse, HttpResponseBase
 
+from .. import signals
 from . import heartbeat
 from .options import Options
 from .records import Claim, Fingerprint, StoredResponse
@@ -175,7 +176,7 @@ def _store(ticket: Ticket, plan: StoredResponse) -> None:
         heartbeat.release_later(ticket.claim)
         raise
     else:
-        _check_kept(ticket, kept)
+        _check_kept(ticket, kept, plan)
 
 
 async def _astore(ticket: Ticket, plan: StoredResponse) -> None:
@@ -190,7 +191,7 @@ async def _astore(ticket: Ticket, plan: StoredResponse) -> None:
         heartbeat.release_later(ticket.claim)
         raise
     else:
-        _check_kept(ticket, kept)
+        _check_kept(ticket, kept, plan)
 
 
 def release(ticket: Ticket) -> None:
@@ -230,8 +231,11 @@ def _log_not_stored(ticket: Ticket, exc: Exception) -> None:
                  exc, ticket.claim.lease_ms / 1000)
 
 
-def _check_kept(ticket: Ticket, kept: bool) -> None:
+def _check_kept(ticket: Ticket, kept: bool, plan: StoredResponse) -> None:
     if kept:
+        if signals.idempotency_stored.receivers:
+            signals.idempotency_stored.send(type(ticket.options.store),
+                                            key_hash=ticket.claim.key_hash, status=plan.status)
         return
     logger.warning("idempotency: the claim for %s ended before the view finished (lease %.0f s);"
                    " its response was not stored", ticket.claim.key_hash[:12],

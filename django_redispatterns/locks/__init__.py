@@ -15,7 +15,8 @@ from __future__ import annotations
 from ..exceptions import LockLost, LockNotAcquired, LockNotOwned
 from ._decorators import current_lock, locked, single_flight
 from ._fencing import fenced_update
-from ._lease import DEFAULT_NAMESPACE, Lock, MultiLock, fence_key, held_key
+from ._lock import Lock, MultiLock
+from ._names import DEFAULT_NAMESPACE, fence_key, held_key
 
 __all__ = [
     "DEFAULT_NAMESPACE",

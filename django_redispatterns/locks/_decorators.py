@@ -13,7 +13,8 @@ from typing import Any, TypeVar, cast
 from django.core.management.base import BaseCommand, CommandError
 
 from ..exceptions import BackendUnavailable, LockLost, LockNotAcquired
-from ._lease import DEFAULT_NAMESPACE, Lock
+from ._lock import Lock
+from ._names import DEFAULT_NAMESPACE
 
 logger = logging.getLogger("django_redispatterns.locks")
 
@@ -52,20 +53,22 @@ def _lock_name(name: NameT, func: Callable[..., Any], command: BaseCommand | Non
 
 
 def _decorate(func: F, *, name: NameT, ttl: float, wait: float, auto_renew: bool,
-              namespace: str, skip: bool) -> F:
+              namespace: str, skip: bool, max_hold: float | None) -> F:
     def make_lock(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Lock, Any]:
         command = args[0] if args and isinstance(args[0], BaseCommand) else None
         lock_name = _lock_name(name, func, command, args, kwargs)
         owner = _command_name(command) if command is not None else func.__qualname__
         lock = Lock(lock_name, ttl, wait=0 if skip else wait, auto_renew=auto_renew,
-                    namespace=namespace, owner=owner)
+                    namespace=namespace, owner=owner, max_hold=max_hold)
         return lock, command
 
     def not_acquired(lock: Lock, command: BaseCommand | None) -> None:
         if skip:
             line = (f"skipped: {lock.name!r} is already running elsewhere "
                     "(@single_flight lock held)")
-            logger.info(line)
+            # The line itself goes to stderr (once); the log record is DEBUG, so a console
+            # log handler at INFO (a common Django setup) does not print it a second time.
+            logger.debug(line)
             (command.stderr if command is not None else sys.stderr).write(line + "\n")
             return
         message = (f"{lock.name!r} is locked by another run; gave up after waiting "
@@ -153,23 +156,26 @@ class _Held:
 
 
 def locked(name: NameT = None, ttl: float = 60, wait: float = 0, *, auto_renew: bool = True,
-           namespace: str = DEFAULT_NAMESPACE) -> Callable[[F], F]:
+           namespace: str = DEFAULT_NAMESPACE, max_hold: float | None = None,
+           ) -> Callable[[F], F]:
     """Run the decorated command ``handle`` (or function) only while holding a lock.
 
     ``name`` defaults to the command's name (``module.qualname`` for functions); a callable
     gets the call's arguments (without ``self`` for commands) and returns the name. When
     another run holds the lock, waits up to ``wait`` seconds, then raises ``CommandError``
     for commands and :class:`LockNotAcquired` for functions. Inside, ``self.fencing_token``
-    (commands) or ``current_lock().fencing_token`` gives the fencing token.
+    (commands) or ``current_lock().fencing_token`` gives the fencing token. ``max_hold``
+    bounds the whole run's hold (see :class:`Lock`): past it the lock is lost.
     """
     def decorator(func: F) -> F:
         return _decorate(func, name=name, ttl=ttl, wait=wait, auto_renew=auto_renew,
-                         namespace=namespace, skip=False)
+                         namespace=namespace, skip=False, max_hold=max_hold)
     return decorator
 
 
 def single_flight(name: NameT = None, ttl: float = 60, *, auto_renew: bool = True,
-                  namespace: str = DEFAULT_NAMESPACE) -> Callable[[F], F]:
+                  namespace: str = DEFAULT_NAMESPACE, max_hold: float | None = None,
+                  ) -> Callable[[F], F]:
     """At most one run at a time across every host; a concurrent run skips.
 
     A skipped run writes one line to stderr and returns None without running (a command
@@ -177,5 +183,5 @@ def single_flight(name: NameT = None, ttl: float = 60, *, auto_renew: bool = Tru
     """
     def decorator(func: F) -> F:
         return _decorate(func, name=name, ttl=ttl, wait=0, auto_renew=auto_renew,
-                         namespace=namespace, skip=True)
+                         namespace=namespace, skip=True, max_hold=max_hold)
     return decorator

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
@@ -26,7 +27,8 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from ..conf import get_config
 from ..connection import redact, redact_text
-from ..exceptions import BackendUnavailable
+from ..connection.cacheoptions import entry_urls
+from ..exceptions import BackendUnavailable, ConfigurationError
 
 # C0 and C1 control characters, DEL, and the Unicode bidirectional overrides/isolates.
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -61,7 +63,10 @@ def describe(connection: str) -> str:
         return redact(connection)
     from django.conf import settings
 
-    location = (getattr(settings, "CACHES", {}).get(connection) or {}).get("LOCATION")
+    entry = getattr(settings, "CACHES", {}).get(connection) or {}
+    location: Any = entry.get("LOCATION")
+    with contextlib.suppress(ConfigurationError):  # the URL with the database it uses
+        location = next(iter(entry_urls(entry)), None)
     if isinstance(location, (list, tuple)):
         location = location[0] if location else None
     return f"{connection!r} ({redact(location)})" if isinstance(location, str) else repr(

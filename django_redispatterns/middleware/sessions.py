@@ -1,4 +1,4 @@
-"""``SessionActivityMiddleware``: device metadata for the session index, and SPEC D3.
+"""``SessionActivityMiddleware``: device metadata for the session index; 503 when Redis is unusable.
 
 Install it directly **above** Django's ``SessionMiddleware`` (recommended; below it keeps
 the same guarantees; the system check ``redispatterns.E009`` fires when ``SessionMiddleware``
@@ -20,6 +20,10 @@ It does two things:
 * turns a request that failed because the session store was unreachable into a **503**
   with ``Retry-After`` and no ``Set-Cookie`` — the browser keeps its session cookie and the
   user is still signed in once Redis is back (Django's cache engine deletes the cookie).
+  Browsers (``Accept`` prefers ``text/html``) get the page
+  ``redispatterns/sessions_unavailable.html`` (override it in your templates), API
+  clients RFC 9457 problem+json; the server log gets one WARNING line, not Django's
+  "Internal Server Error" traceback.
   Wrapping ``SessionMiddleware`` lets it see a failed session save too. Placed after
   ``SessionMiddleware`` instead, it keeps the same guarantees by saving the session itself
   (``SessionMiddleware``'s own save of that same state is then a no-op).
@@ -35,23 +39,35 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.sessions.backends.base import UpdateError
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.core.handlers.exception import response_for_exception
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.template import TemplateDoesNotExist, loader
 
 from .. import keys
 from ..conf import get_config
 from ..exceptions import BackendUnavailable
 from ..problems import problem_response
-from ..sessions import USER_AGENT_MAX, SessionStore, current_activity
+from ..sessions import USER_AGENT_MAX, SessionStore, SessionStoreUnavailable, current_activity
 
 logger = logging.getLogger("django_redispatterns.sessions")
 
 RETRY_AFTER_SECONDS = 5
+UNAVAILABLE_TEMPLATE = "redispatterns/sessions_unavailable.html"
+# Served when no template engine finds UNAVAILABLE_TEMPLATE (e.g. APP_DIRS off).
+FALLBACK_PAGE = (
+    "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+    "<title>Temporarily unavailable</title></head><body><h1>Temporarily unavailable</h1>"
+    "<p>Please try again in {retry_after} seconds; you are still signed in.</p>"
+    "</body></html>"
+)
+_ANSWERED = "_redispatterns_session_unavailable"  # marks our 503 on the response
 
 
 def stored_ip(address: str) -> str:
     """The client address as ``SESSIONS["IP_STORAGE"]`` says to keep it.
 
-    ``"truncate"``: the /24 (IPv4) or /48 (IPv6) network; ``"hash"``: a keyed hash (SPEC D6);
+    ``"truncate"``: the /24 (IPv4) or /48 (IPv6) network; ``"hash"``: a keyed hash;
     ``"none"``: nothing. Unparsable addresses are kept as ``""``.
     """
     mode = get_config().feature("SESSIONS")["IP_STORAGE"]
@@ -75,14 +91,59 @@ def activity_of(request: HttpRequest) -> tuple[str, str]:
     return stored_ip(request.META.get("REMOTE_ADDR", "")), user_agent[:USER_AGENT_MAX]
 
 
-def unavailable_response() -> HttpResponse:
-    """503, RFC 9457 problem+json with the stable code ``session_store_unavailable``."""
-    response = problem_response(
-        503, "session_store_unavailable",
-        "The session store is unreachable; please retry shortly.",
-        retry_after=RETRY_AFTER_SECONDS,
-    )
+def prefers_html(accept: str) -> bool:
+    """Whether an ``Accept`` header ranks HTML above JSON (a browser, not an API client).
+
+    Only explicit media types count: ``*/*`` or no header at all means JSON.
+    """
+    best_html = best_json = 0.0
+    for part in accept.split(","):
+        media, _, params = part.partition(";")
+        media = media.strip().lower()
+        quality = 1.0
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if media in ("text/html", "application/xhtml+xml"):
+            best_html = max(best_html, quality)
+        elif media == "application/json" or media.endswith("+json"):
+            best_json = max(best_json, quality)
+    return best_html > 0 and best_html > best_json
+
+
+def _page() -> str:
+    context = {"retry_after": RETRY_AFTER_SECONDS}
+    try:
+        return loader.render_to_string(UNAVAILABLE_TEMPLATE, context)
+    except TemplateDoesNotExist:
+        return FALLBACK_PAGE.format(**context)
+
+
+def unavailable_response(request: HttpRequest | None = None) -> HttpResponse:
+    """503 with ``Retry-After``, ``no-store`` and no cookie, shaped for who asked.
+
+    An HTML page (the template ``redispatterns/sessions_unavailable.html``) when the
+    request's ``Accept`` prefers HTML; otherwise RFC 9457 problem+json with the stable code
+    ``session_store_unavailable``. Marked as logged, so Django's handler adds no ERROR line.
+    """
+    if request is not None and prefers_html(request.META.get("HTTP_ACCEPT", "")):
+        response = HttpResponse(_page(), status=503, content_type="text/html; charset=utf-8")
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    else:
+        response = problem_response(
+            503, "session_store_unavailable",
+            "The session store is unreachable; please retry shortly.",
+            retry_after=RETRY_AFTER_SECONDS,
+        )
     response["Cache-Control"] = "no-store"
+    response["Vary"] = "Accept"
+    # The answer is deliberate and logged once by the middleware (a warning), not an error.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    setattr(response, _ANSWERED, True)
     return response
 
 
@@ -94,6 +155,12 @@ class SessionActivityMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
+        # Directly above SessionMiddleware, call it ourselves rather than through Django's
+        # exception-to-500 wrapper, so that a failed save there is our 503, not an
+        # "Internal Server Error" with a traceback in the log. Other errors go to Django's
+        # own conversion, as the wrapper would have done.
+        wrapped = getattr(get_response, "__wrapped__", None)
+        self.session_middleware = wrapped if isinstance(wrapped, SessionMiddleware) else None
         self.async_mode = iscoroutinefunction(get_response)
         if self.async_mode:
             markcoroutinefunction(self)
@@ -104,7 +171,15 @@ class SessionActivityMiddleware:
         activity, inner = self.start(request)
         token = current_activity.set(activity)
         try:
-            response = self.get_response(request)
+            if self.session_middleware is None:
+                response = self.get_response(request)
+            else:
+                try:
+                    response = self.session_middleware(request)
+                except SessionStoreUnavailable:
+                    response = self.unavailable(request, _session_of(request))
+                except Exception as exc:
+                    response = response_for_exception(request, exc)
         finally:
             current_activity.reset(token)
         return self.finish(request, response, activity, inner)
@@ -113,7 +188,17 @@ class SessionActivityMiddleware:
         activity, inner = self.start(request)
         token = current_activity.set(activity)
         try:
-            response = await self.get_response(request)
+            if self.session_middleware is None:
+                response = await self.get_response(request)
+            else:
+                try:
+                    response = await self.session_middleware(request)  # type: ignore[misc]
+                except SessionStoreUnavailable:
+                    response = await sync_to_async(self.unavailable)(
+                        request, _session_of(request))
+                except Exception as exc:
+                    response = await sync_to_async(
+                        response_for_exception, thread_sensitive=False)(request, exc)
         finally:
             current_activity.reset(token)
         return await sync_to_async(self.finish)(request, response, activity, inner)
@@ -130,7 +215,7 @@ class SessionActivityMiddleware:
     def finish(self, request: HttpRequest, response: HttpResponseBase,
                activity: tuple[str, str], inner: bool) -> HttpResponseBase:
         session = getattr(request, "session", None)
-        if not isinstance(session, SessionStore):
+        if not isinstance(session, SessionStore) or getattr(response, _ANSWERED, False):
             return response
         if session.backend_error is not None and response.status_code >= 500:
             return self.unavailable(request, session)
@@ -149,14 +234,27 @@ class SessionActivityMiddleware:
         session.record_activity(activity)
         return response
 
-    def unavailable(self, request: HttpRequest, session: SessionStore) -> HttpResponse:
+    def process_exception(self, request: HttpRequest,
+                          exception: Exception) -> HttpResponse | None:
+        """The view hit an unreachable session store: answer the 503 here, before Django
+        turns the exception into a 500 and logs it as "Internal Server Error"."""
+        if not isinstance(exception, SessionStoreUnavailable):
+            return None
+        return self.unavailable(request, _session_of(request))
+
+    def unavailable(self, request: HttpRequest, session: SessionStore | None) -> HttpResponse:
         logger.warning("%s %s: session store unavailable, answering 503 (cookie kept)",
                        request.method, request.path)
-        if not hasattr(session, "_session_cache"):
+        if session is not None and not hasattr(session, "_session_cache"):
             # Inside SessionMiddleware: it neither saves nor sets a cookie on a 5xx, but it
             # reads the expiry first; an empty cache stops it from calling Redis again.
             session._session_cache = {}  # type: ignore[attr-defined]
-        return unavailable_response()
+        return unavailable_response(request)
+
+
+def _session_of(request: HttpRequest) -> SessionStore | None:
+    session = getattr(request, "session", None)
+    return session if isinstance(session, SessionStore) else None
 
 
 def _will_be_saved(session: SessionStore) -> bool:

@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_config
 from ..exceptions import BackendUnavailable
-from ..signals import ratelimit_blocked
+from ..signals import ratelimit_blocked, ratelimit_decided, ratelimit_unavailable
 from .algorithms import Decision
 from .headers import DECISIONS_ATTR, add_headers, binding
 from .limiter import RateLimiter, ahit_many, hit_many
@@ -151,6 +151,8 @@ async def _await(awaitable: Any) -> Any:
 def _record(request: HttpRequest, pending: Sequence[Pending],
             decisions: Sequence[Decision]) -> list[Decision]:
     """Put the decisions on the request, log and signal blocks; the blocking ones."""
+    if ratelimit_decided.receivers:  # nothing to build on the hot path unless someone listens
+        _announce(request, pending, decisions)
     seen: list[Decision] | None = getattr(request, DECISIONS_ATTR, None)
     if seen is None and len(decisions) == 1:
         decision = decisions[0]
@@ -185,6 +187,13 @@ def _record(request: HttpRequest, pending: Sequence[Pending],
         request.ratelimit = shadow[0]._replace(  # type: ignore[attr-defined]
             allowed=True, retry_after=0.0)
     return blocking
+
+
+def _announce(request: HttpRequest, pending: Sequence[Pending],
+              decisions: Sequence[Decision]) -> None:
+    for (rule, limiter, _), decision in zip(pending, decisions, strict=True):
+        ratelimit_decided.send(sender=RateLimiter, request=request, rule=rule.label(limiter),
+                               decision=decision, shadow=rule.shadow)
 
 
 def _shadow_list(request: HttpRequest) -> list[Decision]:
@@ -222,6 +231,10 @@ def _undecided(request: HttpRequest, pending: Sequence[Pending],
         request.path, "letting the request through (FAIL_OPEN)" if let_through
         else "answering 503",
     )
+    if ratelimit_unavailable.receivers:
+        ratelimit_unavailable.send(
+            sender=RateLimiter, request=request, failed_open=let_through,
+            rules=tuple(rule.label(limiter) for rule, limiter, _ in pending))
     _record(request, pending,
             [Decision.undecided(limiter, rule.cost) for rule, limiter, _ in pending])
     if let_through:

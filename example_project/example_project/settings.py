@@ -28,6 +28,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_redispatterns",
+    # The "Log out everywhere" action on the user admin (ADMIN_LOGOUT_ACTION below).
+    "django_redispatterns.contrib.devices",
     "demo",
 ]
 
@@ -60,12 +62,14 @@ SESSION_ENGINE = "django_redispatterns.sessions"
 REDIS_PATTERNS = {
     "CONNECTION": "default",
     "KEY_PREFIX": "demo",
+    "SESSIONS": {"ADMIN_LOGOUT_ACTION": True},
 }
 
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # templates/redispatterns/devices_base.html puts the devices page in the demo's layout.
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -81,6 +85,7 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DI
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
 USE_TZ = True
+TIME_ZONE = "UTC"  # every time the demo shows is UTC, written and displayed
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGGING = {

@@ -10,6 +10,8 @@ urlpatterns = [
     path("", home, name="home"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    # The ready-made "Your devices" page (docs/sessions.md).
+    path("account/devices/", include("django_redispatterns.contrib.devices.urls")),
 ]
 
 # Each feature's demo page lives in demo/features/<slug>.py with its own urlpatterns.

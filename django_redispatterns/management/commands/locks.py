@@ -15,7 +15,7 @@ from django.core.management.base import CommandError, CommandParser
 from django_redispatterns import connection, keys
 from django_redispatterns.conf import get_config
 from django_redispatterns.locks import DEFAULT_NAMESPACE, held_key
-from django_redispatterns.locks._lease import connection_names
+from django_redispatterns.locks._names import connection_names
 
 from ..base import RedisCommand, describe, printable
 

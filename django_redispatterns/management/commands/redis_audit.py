@@ -34,12 +34,16 @@ _HEXISH = re.compile(r"^[0-9a-fA-F-]{8,}$")
 _TAG = re.compile(r"\{[^}]*\}")
 
 
-def key_pattern(key: str) -> str:
+def key_pattern(key: str, keep: str = "") -> str:
     """Fold the variable parts of a key name into ``*`` so similar keys group together.
 
     ``user:42:profile`` -> ``user:*:profile``; ``session:3f2a...`` -> ``session:*``;
-    ``rp:rl:{ab12}:x`` -> ``rp:rl:{*}:x``; ``job17`` -> ``job*``.
+    ``rp:rl:{ab12}:x`` -> ``rp:rl:{*}:x``; ``job17`` -> ``job*``. A key under the prefix
+    ``keep`` keeps it literally (``app2:lock:x`` stays ``app2:lock:x``), so the app's own
+    keys are still recognised when its prefix holds digits.
     """
+    if keep and key.startswith(f"{keep}:"):
+        return f"{keep}:{key_pattern(key[len(keep) + 1:])}"
     parts = []
     for part in _TAG.sub("{*}", key).split(":"):
         has_digit = any(c.isdigit() for c in part)
@@ -80,13 +84,14 @@ class Report:
     details: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
     connection: str = ""  # as shown to people: a URL without its password
+    our_prefix: str = ""  # the app's KEY_PREFIX: its keys keep it in their patterns
 
     @property
     def no_ttl_count(self) -> int:
         return sum(self.no_ttl.values())
 
     def add_no_ttl(self, key: str) -> None:
-        pattern = key_pattern(key)
+        pattern = key_pattern(key, self.our_prefix)
         if pattern not in self.no_ttl and len(self.no_ttl) >= MAX_GROUPS:
             pattern = OTHER
         self.no_ttl[pattern] += 1
@@ -164,7 +169,7 @@ class Command(RedisCommand):
             raise CommandError(f"cannot use connection {describe(conn)}: "
                                f"{connections.redact_text(str(exc))}") from exc
 
-        report = Report(prefix=options["prefix"])
+        report = Report(prefix=options["prefix"], our_prefix=get_config().key_prefix)
         started = time.perf_counter()
         for name, node in self._nodes(client):
             self._audit_node(name, node, report, options)

@@ -1,10 +1,11 @@
 """``manage.py sessions list|revoke USER``: see and end a user's sessions (operators).
 
-USER is a primary key when it is all digits and such a user exists, otherwise a username
-(``USERNAME_FIELD``). Sessions are shown by handle
+USER (positional, or ``--user USER``) is a primary key when it is all digits and such a user
+exists, otherwise a username (``USERNAME_FIELD``). Sessions are shown by handle
 (a hash of the cookie), never by the cookie value itself.
 
     manage.py sessions list alice
+    manage.py sessions list --user 42                    # pk 42 (or the username "42")
     manage.py sessions revoke alice                      # every session
     manage.py sessions revoke alice --keep HANDLE        # all but one
     manage.py sessions revoke alice --session HANDLE     # just one
@@ -27,15 +28,20 @@ class Command(RedisCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         listing = sub.add_parser("list", help="show the user's live sessions")
-        listing.add_argument("user", help="primary key (all digits) or username")
         revoke = sub.add_parser("revoke", help="end the user's sessions")
-        revoke.add_argument("user", help="primary key (all digits) or username")
+        for command in (listing, revoke):
+            command.add_argument("user", nargs="?", help="primary key (all digits) or username")
+            command.add_argument("--user", dest="user_option", metavar="USER",
+                                 help="the same, as an option")
         which = revoke.add_mutually_exclusive_group()
         which.add_argument("--keep", help="handle (or key) of a session to keep")
         which.add_argument("--session", help="handle (or key) of the one session to end")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = find_user(options["user"])
+        named = {v for v in (options["user"], options.get("user_option")) if v is not None}
+        if len(named) != 1:
+            raise CommandError("name one user: USER or --user USER (a primary key or username)")
+        user = find_user(named.pop())
         if options["action"] == "list":
             self._list(user)
         elif options["session"]:

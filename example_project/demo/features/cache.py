@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache, caches
 from django.core.cache.backends.base import BaseCache
 from django.db import transaction
@@ -60,6 +61,13 @@ def _stampede(get_or_set: Any) -> tuple[int, float]:
     return len(runs), time.monotonic() - started
 
 
+def _lifetime(ttl: int | None) -> dict[str, Any]:
+    """Split the key's Redis TTL into the fresh part and the stale window kept after it."""
+    stale = int(settings.CACHES["default"].get("OPTIONS", {}).get("STALE_TTL", 0))
+    left = max(int(ttl or 0), 0)
+    return {"fresh_for": max(left - stale, 0), "stale_for": min(left, stale), "stale_ttl": stale}
+
+
 @require_http_methods(["GET", "POST"])
 def index(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
@@ -79,7 +87,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "report": data,
         "seconds": round(time.monotonic() - started, 3),
         "computes": cache.get(COMPUTES, 0),
-        "ttl": cache.ttl(report.cache_key("eu")),  # type: ignore[attr-defined]
+        **_lifetime(cache.ttl(report.cache_key("eu"))),  # type: ignore[attr-defined]
         "ours": isinstance(caches["default"], RedisCache),
         "stampede": request.session.pop("stampede", None),
         "threads": THREADS,

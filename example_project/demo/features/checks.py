@@ -37,7 +37,25 @@ def _audit() -> tuple[dict[str, Any] | None, str]:
     except CommandError as exc:
         return None, str(exc)
     report: dict[str, Any] = json.loads(out.getvalue())
+    for key in report.get("largest", []):
+        key["ttl"] = _duration(key.get("ttl_ms"))
     return report, ""
+
+
+def _duration(ttl_ms: int | None) -> str:
+    """A Redis PTTL as people read it: "none" (-1), "gone" (-2), else "4 min 10 s"."""
+    if ttl_ms is None or ttl_ms == -2:
+        return "gone"
+    if ttl_ms == -1:
+        return "none"
+    seconds = round(ttl_ms / 1000)
+    if seconds < 60:
+        return f"{seconds} s" if seconds else f"{ttl_ms} ms"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
 
 
 @require_GET
@@ -49,7 +67,8 @@ def index(request: HttpRequest) -> HttpResponse:
         "servers": servers,
         "audit": audit,
         "audit_error": audit_error,
-        "catalogue": [{"id": f"redispatterns.{m.id}", "msg": _PLACEHOLDER.sub("…", m.msg)}
+        "catalogue": [{"id": f"redispatterns.{m.id}", "msg": _PLACEHOLDER.sub("…", m.msg),
+                       "level": m.level.__name__.lower()}
                       for m in MESSAGES],
     })
 

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         FencedReport.objects.get_or_create(name="nightly")
         accepted = fenced_update(
             FencedReport.objects.filter(name="nightly"), token,
-            body=f"report built at {timezone.now():%Y-%m-%d %H:%M:%S}",
+            body=f"report built at {timezone.now():%Y-%m-%d %H:%M:%S} UTC",
             written_by=f"{socket.gethostname()} (nightly_report)",
         )
         if accepted:

@@ -1,0 +1,178 @@
+"""Waiters are woken by the release, in any process: the release script pushes onto the
+name's wake-up list, waiters block on it (BLPOP) on a connection of their own.
+
+Each test gives the waiter a blocking bound far longer than the test's generous limit
+(``MAX_BLOCK`` = 60 s), so a waiter that gets the lock in time was woken, not timed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from django_redispatterns import connection
+from django_redispatterns.locks import Lock, MultiLock, _names, _waiting, held_key
+from tests import lock_workers
+from tests.redis_servers import KEY_PREFIX
+from tests.test_locks import wait_until
+
+LONG_BLOCK = 60.0
+IN_TIME = 15.0  # generous on a loaded machine, far below LONG_BLOCK
+
+
+@pytest.fixture
+def long_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bound in ("MAX_BLOCK", "MIN_DELAY", "MAX_DELAY"):
+        monkeypatch.setattr(_waiting, bound, LONG_BLOCK)
+
+
+def _waiter(name: str, results: list[float], **kwargs: Any) -> threading.Thread:
+    def run() -> None:
+        started = time.monotonic()
+        lock = Lock(name, ttl=10, wait=90, auto_renew=False, **kwargs)
+        assert lock.acquire()
+        results.append(time.monotonic() - started)
+        lock.release()
+    return threading.Thread(target=run)
+
+
+def test_a_waiter_in_another_process_is_woken_by_the_release(
+    redis_client: redis.Redis, redis_url: str,
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    os.environ["REDIS_URL"] = redis_url
+    holder = Lock("wakeup", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(target=lock_workers.woken_waiter, args=(redis_url, child_end))
+    child.start()
+    try:
+        assert parent_end.poll(60) and parent_end.recv() == "waiting"
+        # The child's first attempt failed; give it time to block on the wake-up list.
+        assert wait_until(lambda: redis_client.exists(_names.waiting_key("wakeup")) == 1, IN_TIME)
+        time.sleep(0.3)
+        holder.release()
+        assert parent_end.poll(IN_TIME), "the waiter was not woken by the release"
+        assert parent_end.recv() < LONG_BLOCK
+    finally:
+        child.join(60)
+    assert child.exitcode == 0
+
+
+def test_a_release_just_before_the_waiter_blocks_is_not_lost(
+    long_block: None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The release lands between the waiter's failed attempt and its BLPOP."""
+    holder = Lock("race", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    original = _waiting.Waiter.sleep
+
+    def release_first(self: _waiting.Waiter, attempt: Any) -> bool:
+        if holder.token is not None:
+            holder.release()  # the wake-up is pushed before we block
+        return original(self, attempt)
+
+    monkeypatch.setattr(_waiting.Waiter, "sleep", release_first)
+    started = time.monotonic()
+    assert Lock("race", ttl=10, wait=90, auto_renew=False).acquire()
+    assert time.monotonic() - started < IN_TIME
+
+
+def test_each_release_wakes_one_of_several_waiters(long_block: None) -> None:
+    holder = Lock("queue", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    waited: list[float] = []
+    threads = [_waiter("queue", waited) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # all four block
+    holder.release()
+    for t in threads:
+        t.join(IN_TIME * 2)
+    assert len(waited) == 4 and not any(t.is_alive() for t in threads)
+
+
+def test_a_lease_that_ends_without_release_bounds_the_wait(redis_client: redis.Redis) -> None:
+    """No release, no wake-up: the waiter still tries again when the holder's lease ends."""
+    crashed = Lock("crashed", ttl=0.5, auto_renew=False)
+    assert crashed.acquire()  # never released: like a holder that died
+    assert Lock("crashed", ttl=5, wait=30, auto_renew=False).acquire()
+
+
+def test_multilock_waiter_is_woken_by_the_conflicting_names_release(long_block: None) -> None:
+    holder = Lock("m-b", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(
+        MultiLock(["m-a", "m-b"], ttl=5, wait=90, auto_renew=False).acquire()))
+    t.start()
+    time.sleep(0.5)
+    holder.release()
+    t.join(IN_TIME)
+    assert got == [True]
+
+
+def test_async_waiter_is_woken_by_the_release(long_block: None) -> None:
+    async def scenario() -> float:
+        holder = Lock("awake", ttl=30, auto_renew=False)
+        assert await holder.aacquire()
+
+        async def wait() -> float:
+            started = time.monotonic()
+            lock = Lock("awake", ttl=10, wait=90, auto_renew=False)
+            assert await lock.aacquire()
+            await lock.arelease()
+            return time.monotonic() - started
+
+        waiter = asyncio.ensure_future(wait())
+        await asyncio.sleep(0.5)
+        await holder.arelease()
+        return await asyncio.wait_for(waiter, IN_TIME)
+
+    assert asyncio.run(scenario()) < IN_TIME
+
+
+def test_waiters_block_on_a_connection_of_their_own(redis_client: redis.Redis) -> None:
+    client = connection.get_client("LOCKS")
+    key = _names.wake_key("own")
+    blocking = _waiting._blocking_client(client, key)
+    assert blocking.connection_pool is not client.connection_pool
+    assert _waiting._blocking_client(client, key) is blocking  # one per pool, reused
+
+
+def test_every_wake_up_key_has_a_ttl(redis_client: redis.Redis, long_block: None) -> None:
+    holder = Lock("ttl-check", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    waited: list[float] = []
+    threads = [_waiter("ttl-check", waited) for _ in range(3)]
+    for t in threads:
+        t.start()
+    assert wait_until(lambda: redis_client.exists(_names.waiting_key("ttl-check")) == 1, IN_TIME)
+    time.sleep(0.3)
+    holder.release()
+    for t in threads:
+        t.join(IN_TIME * 2)
+    assert len(waited) == 3
+    # A last release with the marker still there leaves a one-element list behind.
+    keys = list(redis_client.scan_iter(match=f"{KEY_PREFIX}:lock:*ttl-check*", count=1000))
+    names = {k.decode().split(":")[-2] for k in keys}
+    assert "waiting" in names and "fence" in names
+    for key in keys:
+        assert redis_client.pttl(key) > 0, key
+    assert redis_client.llen(_names.wake_key("ttl-check")) <= 1
+    assert not redis_client.exists(held_key("ttl-check"))
+
+
+def test_an_uncontended_lock_writes_no_wake_up_keys(redis_client: redis.Redis) -> None:
+    with Lock("quiet", ttl=5):
+        pass
+    with Lock("quiet", ttl=5, wait=5):
+        pass
+    assert not redis_client.exists(_names.waiting_key("quiet"), _names.wake_key("quiet"))
