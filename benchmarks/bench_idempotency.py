@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +31,7 @@ from django.test import Client
 from django.test.utils import override_settings
 from django.urls import path
 
-from benchmarks.harness import Result, compare
+from benchmarks.harness import Result, alternating_medians, compare
 from django_redispatterns import connection
 
 _TRIVIAL_CLAIM = (b"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
@@ -144,23 +143,13 @@ ROUNDS, ROUND_OPS = 41, 60
 
 def _alternating_latency(scenario: str, contenders: dict[str, Callable[[], object]],
                          n: int = 3000) -> None:
-    """Median time of one request, the contenders taking turns request by request.
-
-    On a shared machine a request preempted by another process takes ten times as long;
-    the median over thousands of alternating requests is the cost of a request that was
-    not, measured under the same conditions for every contender.
-    """
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(n):
-        for name, send in contenders.items():
-            started = time.perf_counter()
-            send()
-            times[name].append(time.perf_counter() - started)
-    ours = statistics.median(times[next(iter(contenders))])
-    floor = statistics.median(times[TRIVIAL_NAME])
+    """Median time of one request, the contenders taking turns request by request."""
+    medians = alternating_medians(contenders, n)
+    ours = medians[next(iter(contenders))]
+    floor = medians[TRIVIAL_NAME]
     print(f"\n## {scenario}: median latency, requests alternating one by one ({n} each)")
-    for name, samples in times.items():
-        print(f"{name:<40} {statistics.median(samples) * 1e6:>10,.0f} us")
+    for name, median in medians.items():
+        print(f"{name:<40} {median * 1e6:>10,.0f} us")
     print(f"  ours / trivial middleware, median latency: {ours / floor:.2f}x")
 
 

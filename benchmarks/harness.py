@@ -64,3 +64,20 @@ def report(scenario: str, results: list[Result]) -> None:
     for result in results:
         ratio = "" if result is ours else f"{ours.median / result.median:>18.2f}"
         print(f"{result.contender:<40} {result.median:>14,.0f} {ratio}")
+
+
+def alternating_medians(contenders: dict[str, Callable[[], object]],
+                        n: int = 3000) -> dict[str, float]:
+    """Median seconds of one call per contender, the contenders taking turns call by call.
+
+    On a shared machine a call preempted by another process takes ten times as long; the
+    median over thousands of alternating calls is the cost of a call that was not,
+    measured under the same conditions for every contender.
+    """
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(n):
+        for name, fn in contenders.items():
+            started = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(samples) for name, samples in times.items()}

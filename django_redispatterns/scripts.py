@@ -133,28 +133,41 @@ class LuaScript:
 
         Calls Redis Cluster rejected before running them are re-sent (module docstring).
         """
+        # execute_command, not client.evalsha(): two Python calls fewer on every decision.
         try:
-            return self._once(client, keys, args)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            pass
         except Exception as exc:
             if not rejected_before_running(exc):
                 raise
-            backoff = _Backoff(self.name)
-            while True:
-                # Bounded (rejection_budget) jittered back-off after a server rejection:
-                # the script did not run; this is not a poll of Redis.
-                time.sleep(backoff.delay(exc))
-                try:
-                    return self._once(client, keys, args)
-                except Exception as again:
-                    if not rejected_before_running(again):
-                        raise
-                    exc = again
+            return self._resend(client, keys, args, exc)
+        try:
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+        except Exception as exc:
+            if not rejected_before_running(exc):
+                raise
+            return self._resend(client, keys, args, exc)
+
+    def _resend(self, client: Any, keys: Sequence[KeyT], args: Sequence[ArgT],
+                exc: BaseException) -> Any:
+        backoff = _Backoff(self.name)
+        while True:
+            # Bounded (rejection_budget) jittered back-off after a server rejection:
+            # the script did not run; this is not a poll of Redis.
+            time.sleep(backoff.delay(exc))
+            try:
+                return self._once(client, keys, args)
+            except Exception as again:
+                if not rejected_before_running(again):
+                    raise
+                exc = again
 
     def _once(self, client: Any, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return client.eval(self.source, len(keys), *keys, *args)
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
     async def acall(
         self, client: Any, keys: Sequence[KeyT] = (), args: Sequence[ArgT] = ()
@@ -177,9 +190,9 @@ class LuaScript:
 
     async def _aonce(self, client: Any, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return await client.eval(self.source, len(keys), *keys, *args)
+            return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, keys: Sequence[KeyT] = (), args: Sequence[ArgT] = ()) -> None:
         """Add an ``EVALSHA`` of this script to a pipeline (see :func:`run_many`)."""

@@ -1,8 +1,11 @@
 -- Token bucket as GCRA: one key holding the theoretical arrival time (TAT, server µs).
 -- KEYS[1]: TAT (string).
 -- ARGV[1]: rate count; ARGV[2]: period in ms (refill: count per period, steadily);
--- ARGV[3]: burst (bucket size, >= 1); ARGV[4]: cost (0 = peek, writes nothing).
--- Returns: one string "<allowed 1|0> <remaining> <reset_after_ms> <retry_after_ms>";
+-- ARGV[3]: burst (bucket size, >= 1); ARGV[4]: cost (absent = 1; 0 = peek, writes nothing).
+-- Returns, when admitted: one integer, reset_after_ms * (burst + 1) + remaining (the
+-- caller knows the burst; one integer reply is the cheapest to build, send and parse), or
+-- the string below when that product would not be exact in a Lua number.
+-- Otherwise one string "<allowed 1|0> <remaining> <reset_after_ms> <retry_after_ms>".
 -- reset_after is when the next token arrives (0 when the bucket is full), so a blocked
 -- answer's retry_after is never earlier than its reset_after.
 -- Rejected hits consume nothing. The key expires when the bucket is full again, which is
@@ -11,7 +14,8 @@
 -- Three commands (TIME, GET, SET) and no helper closures: this runs on every request.
 local interval = tonumber(ARGV[2]) * 1000 / tonumber(ARGV[1])  -- µs per token
 local burst = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
+local cost = 1
+if ARGV[4] then cost = tonumber(ARGV[4]) end
 local tolerance = interval * burst                              -- how far TAT may run ahead
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -45,5 +49,9 @@ if remaining < burst then
   next_token = ahead + (remaining + 1) * interval - tolerance
   if next_token < 0 then next_token = 0 end
 end
-return allowed .. ' ' .. remaining .. ' ' .. math.ceil(next_token / 1000) .. ' ' ..
-  math.ceil(retry / 1000)
+local reset = math.ceil(next_token / 1000)
+-- 2^53: the largest exact integer of a Lua number
+if allowed == 1 and (reset + 1) * (burst + 1) < 9007199254740992 then
+  return reset * (burst + 1) + remaining
+end
+return allowed .. ' ' .. remaining .. ' ' .. reset .. ' ' .. math.ceil(retry / 1000)

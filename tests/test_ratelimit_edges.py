@@ -340,3 +340,30 @@ def test_a_rule_whose_cost_the_rate_cannot_allow_is_refused_when_built(cost: Any
         from django_redispatterns.middleware import RateLimitMiddleware
 
         RateLimitMiddleware(lambda request: None)
+
+
+# --- the script's two answer forms ---------------------------------------------------------
+
+# An admitted hit is answered with one integer (reset_ms * (capacity + 1) + remaining) when
+# that product is exact in a Lua number, else with the string form: both must read alike.
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize(("rate", "limit", "window"), [
+    ("1000/h", 1000, 3600.0),
+    ("1000000000/d", 1_000_000_000, 86400.0),  # too large to pack: the string form
+])
+def test_admitted_answers_read_the_same_packed_or_not(algorithm: str, rate: str, limit: int,
+                                                      window: float) -> None:
+    limiter = RateLimiter(rate, algorithm=algorithm, group="answer-forms")
+    limiter.reset("c")
+    first = limiter.hit("c", 3)
+    assert first.allowed and first.decided and first.retry_after == 0.0
+    assert (first.limit, first.remaining) == (limit, limit - 3)
+    if algorithm == "token_bucket":  # the next token arrives one interval later, at most
+        assert 0 < first.reset_after <= window / limit * 3 + 0.001
+    else:
+        assert first.reset_after == window
+    peeked = limiter.peek("c")  # a fast token bucket may have refilled since
+    assert peeked.allowed and limit - 3 <= peeked.remaining <= limit
+    assert 0 <= peeked.reset_after <= first.reset_after
+    assert algorithm == "token_bucket" or peeked.remaining == limit - 3
+    limiter.reset("c")

@@ -65,10 +65,27 @@ def _put(response: HttpResponse, headers: list[tuple[str, str]]) -> None:
     store = getattr(response.headers, "_store", None)
     if type(store) is dict:
         for name, value in headers:
-            store[name.lower()] = (name, value)
+            store[_LOWER.get(name) or name.lower()] = (name, value)
     else:
         for name, value in headers:
             response[name] = value
+
+
+_LOWER = {name: name.lower() for name in (
+    "RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining",
+    "RateLimit-Reset")}
+_legacy_on: tuple[object, bool] = (None, True)  # (settings object, its LEGACY_HEADERS)
+
+
+def _legacy_headers() -> bool:
+    """``RATELIMIT['LEGACY_HEADERS']``, read once per settings object."""
+    global _legacy_on
+    config, on = _legacy_on
+    current = get_config()
+    if config is not current:
+        on = bool(current.feature("RATELIMIT")["LEGACY_HEADERS"])
+        _legacy_on = (current, on)  # one assignment: threads see a consistent pair
+    return on
 
 
 def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
@@ -76,14 +93,20 @@ def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     decisions: list[Decision] | None = getattr(request, DECISIONS_ATTR, None)
     if not decisions or 300 <= response.status_code < 400:
         return response
-    if len(decisions) == 1:
+    if len(decisions) == 1:  # the common case: each value built once
         decision = decisions[0]
         name = _policy_name(decision.name)
-        headers = [("RateLimit-Policy", _policy(name, decision))]
-        if decision.decided:
-            headers.append(("RateLimit", _state(name, decision)))
-            if get_config().feature("RATELIMIT")["LEGACY_HEADERS"]:
-                headers += _legacy(decision)
+        policy = ("RateLimit-Policy", _policy(name, decision))
+        if not decision.decided:
+            _put(response, [policy])
+            return response
+        remaining = str(decision.remaining)
+        reset = str(whole_seconds(decision.reset_after or 0.0))
+        headers = [policy, ("RateLimit", f'"{name}";r={remaining};t={reset}'
+                                         f";pk=:{decision.partition}:")]
+        if _legacy_headers():
+            headers += [("RateLimit-Limit", str(decision.limit)),
+                        ("RateLimit-Remaining", remaining), ("RateLimit-Reset", reset)]
         _put(response, headers)
         return response
     policies, states, used = [], [], set()
@@ -100,7 +123,7 @@ def add_headers(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     headers = [("RateLimit-Policy", ", ".join(policies))]
     if states:
         headers.append(("RateLimit", ", ".join(states)))
-        if get_config().feature("RATELIMIT")["LEGACY_HEADERS"]:
+        if _legacy_headers():
             headers += _legacy(binding([d for d in decisions if d.decided]))
     _put(response, headers)
     return response

@@ -1,11 +1,13 @@
 """One module per algorithm, behind one small interface (:class:`Algorithm`).
 
-Each algorithm is one Lua script that decides *and* reports in a single ``EVALSHA``. The
-script answers one short string, ``"<allowed> <remaining> <reset_ms> <retry_ms>"`` (the
-limit is known here already), which :meth:`Algorithm.decision` turns into a
-:class:`Decision`: one bulk reply parses faster than a five-element array, and the
-decision path is mostly reply parsing. Adding an algorithm means one Lua file, one module
-with an :class:`Algorithm` subclass, and one line in :data:`_REGISTRY`.
+Each algorithm is one Lua script that decides *and* reports in a single ``EVALSHA``. An
+admitted hit (the common case) is answered with one integer, ``reset_ms * (capacity + 1) +
+remaining`` (the capacity is known here already): the cheapest reply to build in Lua, to
+send and to parse. A blocked hit, or a rate too large for that integer to be exact, is
+answered with one short string, ``"<allowed> <remaining> <reset_ms> <retry_ms>"``.
+:meth:`Algorithm.decision` turns either into a :class:`Decision`. Adding an algorithm means
+one Lua file, one module with an :class:`Algorithm` subclass, and one line in
+:data:`_REGISTRY`.
 """
 
 from __future__ import annotations
@@ -83,10 +85,12 @@ class Algorithm:
             raise ConfigurationError(f"burst= only applies to token_bucket, not {self.name}.")
         self.rate = rate
         self.lua: LuaScript = script(self.script_name)
-        # Arguments are sent as ready bytes: no int formatting per call.
+        # Arguments are sent as ready bytes: no int formatting per call. A cost of 1 (the
+        # common case) is not sent: the scripts read an absent cost as 1.
         self._fixed = tuple(str(a).encode() for a in self.fixed_args())
-        self._args_by_cost = {cost: (*self._fixed, str(cost).encode()) for cost in (0, 1)}
+        self._args_by_cost = {0: (*self._fixed, b"0"), 1: self._fixed}
         self._capacity = self.capacity
+        self._base = self._capacity + 1  # the packing of an admitted answer
 
     @property
     def capacity(self) -> int:
@@ -108,6 +112,10 @@ class Algorithm:
 
     def decision(self, raw: Any, name: str = "default", cost: int = 1,
                  partition: str = "") -> Decision:
+        if raw.__class__ is int:  # admitted: reset_ms * (capacity + 1) + remaining
+            reset_ms, remaining = divmod(raw, self._base)
+            return _new_tuple(Decision, (True, self._capacity, remaining, reset_ms / 1000.0,
+                                         0.0, self.rate, name, True, cost, partition))
         try:
             allowed, remaining, reset_ms, retry_ms = raw.split()
             if allowed == b"1" or allowed == "1":

@@ -20,7 +20,6 @@ class SlidingWindow(Algorithm):
     uses_request_id = True
 
     def args(self, cost: int, request_id: str) -> Sequence[ArgT]:
-        args = self._args_by_cost.get(cost)
-        if args is None:
-            return (*self._fixed, str(cost).encode(), request_id)
-        return (*args, request_id)
+        if cost == 1:  # the script reads an absent cost as 1
+            return (*self._fixed, request_id)
+        return (*self._fixed, request_id, str(cost).encode())
