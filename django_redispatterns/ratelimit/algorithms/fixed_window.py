@@ -6,7 +6,7 @@ pass around a window boundary. Rejected hits are not counted.
 
 from __future__ import annotations
 
-from . import Algorithm
+from .base import Algorithm
 
 
 class FixedWindow(Algorithm):

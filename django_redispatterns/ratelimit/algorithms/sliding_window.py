@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...scripts import ArgT
-from . import Algorithm
+from .base import Algorithm
 
 
 class SlidingWindow(Algorithm):

@@ -10,7 +10,7 @@ than the ``retry_after`` of a blocked hit.
 from __future__ import annotations
 
 from ..rates import Rate, validate_burst
-from . import Algorithm
+from .base import Algorithm
 
 
 class TokenBucket(Algorithm):
