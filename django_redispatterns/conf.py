@@ -142,12 +142,12 @@ def _merge(path: str, schema: Mapping[str, Any], given: Any) -> dict[str, Any]:
             f"known keys are {', '.join(sorted(schema))}."
         )
     merged: dict[str, Any] = {}
-    for key, spec in schema.items():
+    for key, expected in schema.items():
         sub = f"{path}[{key!r}]"
-        if isinstance(spec, dict):
-            merged[key] = MappingProxyType(_merge(sub, spec, given.get(key, {})))
+        if isinstance(expected, dict):
+            merged[key] = MappingProxyType(_merge(sub, expected, given.get(key, {})))
             continue
-        types, default = spec
+        types, default = expected
         value = given.get(key, default)
         _check_type(sub, value, types)
         merged[key] = value

@@ -19,23 +19,23 @@ from ..ratelimit.engine import Rule, acheck, add_headers, check, validate_sectio
 from ..ratelimit.rates import DEFAULT_ALGORITHM, validate_rules
 
 
-def rule_group(spec: Mapping[str, Any], index: int) -> str:
+def rule_group(entry: Mapping[str, Any], index: int) -> str:
     """The counter group of ``RULES[index]``: its ``group``, else its ``name``, else its
     index and path."""
-    return spec.get("group") or spec.get("name") or f"rule:{index}:{spec.get('path', '')}"
+    return entry.get("group") or entry.get("name") or f"rule:{index}:{entry.get('path', '')}"
 
 
 def compile_rules(rules: Sequence[Mapping[str, Any]]) -> tuple[Rule, ...]:
     """Validated settings rules -> :class:`Rule` objects (grouped per rule by default)."""
     validate_rules(rules)
     compiled = []
-    for i, spec in enumerate(rules):
+    for i, entry in enumerate(rules):
         compiled.append(Rule(
-            rate=spec["rate"], key=spec.get("key", "ip"),
-            algorithm=spec.get("algorithm", DEFAULT_ALGORITHM), methods=spec.get("methods"),
-            burst=spec.get("burst"), path=spec.get("path") or None, group=rule_group(spec, i),
-            name=spec.get("name"), cost=spec.get("cost", 1),
-            shadow=spec.get("shadow", False),
+            rate=entry["rate"], key=entry.get("key", "ip"),
+            algorithm=entry.get("algorithm", DEFAULT_ALGORITHM), methods=entry.get("methods"),
+            burst=entry.get("burst"), path=entry.get("path") or None, group=rule_group(entry, i),
+            name=entry.get("name"), cost=entry.get("cost", 1),
+            shadow=entry.get("shadow", False),
         ))
     return tuple(compiled)
 

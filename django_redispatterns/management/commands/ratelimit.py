@@ -125,10 +125,10 @@ class Command(RedisCommand):
 
     @staticmethod
     def _settings_rule(wanted: str) -> list[tuple[Rule, str]]:
-        specs = list(get_config().feature("RATELIMIT")["RULES"])
-        rules = compile_rules(specs)
-        for i, (spec, rule) in enumerate(zip(specs, rules, strict=True)):
-            if wanted == str(i) or wanted == spec.get("name"):
+        entries = list(get_config().feature("RATELIMIT")["RULES"])
+        rules = compile_rules(entries)
+        for i, (entry, rule) in enumerate(zip(entries, rules, strict=True)):
+            if wanted == str(i) or wanted == entry.get("name"):
                 return [(rule, f"RULES[{i}]")]
         raise ConfigurationError(f"no RATELIMIT rule {wanted!r} (give an index or a name)")
 
