@@ -50,7 +50,9 @@ def ensure_embedded_redis() -> str:
     HERE.mkdir(exist_ok=True)
     process = subprocess.Popen(
         [_binary(), "--port", "0", "--unixsocket", str(SOCKET), "--unixsocketperm", "700",
-         "--save", "", "--appendonly", "no", "--dir", str(HERE),
+         # An append-only file, as an instance holding sessions and locks should have:
+         # the demo's sign-ins and fencing tokens survive a restart of the embedded Redis.
+         "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(HERE),
          "--maxmemory", "64mb", "--maxmemory-policy", "noeviction"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

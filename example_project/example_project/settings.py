@@ -52,7 +52,9 @@ CACHES = {
         "LOCATION": REDIS_URL,
         "TIMEOUT": 300,
         "KEY_PREFIX": "demo-cache",
-        "OPTIONS": {"STALE_TTL": 30, "TTL_JITTER": 0.1},
+        # JSON, not pickle: a value in Redis is data, never code (check --deploy says why).
+        "OPTIONS": {"STALE_TTL": 30, "TTL_JITTER": 0.1,
+                    "SERIALIZER": "django_redis.serializers.json.JSONSerializer"},
     },
 }
 
