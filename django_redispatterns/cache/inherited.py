@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
+from redis.exceptions import RedisClusterException
 
+from ..exceptions import ConfigurationError
 from ..locks import Lock
 from . import scope
 from .failures import REDIS_ERRORS
@@ -96,7 +98,13 @@ class InheritedMethods:
         ttl = self._ttl.resolve(timeout, self.default_timeout)
         conn = client if client is not None else self._ops.primary(nkey)
         try:
-            pipe = conn.pipeline(transaction=True)
+            try:
+                pipe = conn.pipeline(transaction=True)
+            except RedisClusterException as exc:  # redis-py before 6: no MULTI on Cluster
+                raise ConfigurationError(
+                    f"cache.{operation}() on Redis Cluster sends the command and its PEXPIRE "
+                    f"in one MULTI, which this redis-py cannot do ({exc}); use redis-py 6 "
+                    "or later") from exc
             send(pipe)
             if ttl is not None:
                 pipe.pexpire(nkey, max(1, int(ttl * 1000)) if ttl > 0 else 0)

@@ -43,7 +43,7 @@ from ..exceptions import ConfigurationError
 from ..scripts import script
 from . import envelope
 from .nearcluster import ClusterChannels
-from .nearlisten import SILENT_LIMIT, Listener, tracked_class
+from .nearlisten import ACHECKOUT, CHECKOUT, SILENT_LIMIT, Listener, tracked_class
 from .nearstore import Entry, LocalStore, NearConfig
 
 _SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool, SentinelConnectionPool)
@@ -133,7 +133,7 @@ class NearCache:
         ticket = self.store.ticket()
         epoch = listener.epoch
         ready = listener.ready
-        conn = pool.get_connection()
+        conn = pool.get_connection(*CHECKOUT)
         started = time.monotonic()  # before Redis reads the PTTL: the copy dies no later
         moved: Exception | None = None
         try:
@@ -176,7 +176,7 @@ class NearCache:
         epoch = listener.epoch
         ready = listener.ready
         pool = self._apool(aclient)
-        conn = await pool.get_connection()
+        conn = await pool.get_connection(*ACHECKOUT)
         started = time.monotonic()
         try:
             if ready and conn.rp_epoch != epoch:

@@ -17,15 +17,31 @@ enables tracking again before its value may be stored.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
+import redis.asyncio
 from redis.exceptions import RedisError
 
 logger = logging.getLogger("django_redispatterns.cache")
+
+
+def _checkout_args(get_connection: Callable[..., Any]) -> tuple[str, ...]:
+    """What a pool's ``get_connection`` needs: redis-py before 5.1 requires a command name
+    (unused by the pool), later versions deprecate passing one."""
+    parameter = inspect.signature(get_connection).parameters.get("command_name")
+    needed = parameter is not None and parameter.default is inspect.Parameter.empty
+    return ("GET",) if needed else ()
+
+
+#: The arguments of a sync / asyncio pool checkout on the installed redis-py.
+CHECKOUT = _checkout_args(redis.ConnectionPool.get_connection)
+ACHECKOUT = _checkout_args(redis.asyncio.ConnectionPool.get_connection)
 
 CHANNEL = b"__redis__:invalidate"
 PING_EVERY = 1.0  # seconds between PINGs when nothing else arrives
