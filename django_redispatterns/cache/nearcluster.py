@@ -70,8 +70,8 @@ class ClusterChannels:
     def wait_ready(self, timeout: float) -> bool:
         """Block until every primary's channel is subscribed, up to ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while not self.ready and time.monotonic() < deadline:
-            time.sleep(0.005)
+        for listener in list(self.listeners().values()):
+            listener.wait_ready(max(0.0, deadline - time.monotonic()))
         return self.ready
 
     # --- a fill ----------------------------------------------------------------------
