@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
             for finding in result.findings:
                 mark = "ok    " if finding.ok else "BROKEN"
                 print(f"[{server}] {mark} {finding.promise}: {finding.summary}", flush=True)
+                if not finding.ok:
+                    for example in finding.examples[:6]:
+                        print(f"[{server}]          - {example}", flush=True)
             if args.keep_events:
                 outdir.mkdir(parents=True, exist_ok=True)
                 with gzip.open(outdir / f"events-{server}.jsonl.gz", "wt") as f:
@@ -67,8 +70,11 @@ def main(argv: list[str]) -> int:
         return 130
     page = report.write(results, outdir, variant)
     ok = all(r.ok for r in results)
+    broken = sorted({f"[{r.server}] {f.promise}" for r in results
+                     for f in r.findings if not f.ok})
     print(f"soak ({variant}, {time.monotonic() - started:.0f} s): "
-          f"{'every promise held' if ok else 'BROKEN PROMISES'}; report: {page}")
+          f"{'every promise held' if ok else 'BROKEN PROMISES: ' + '; '.join(broken)}; "
+          f"report: {page}")
     return 0 if ok else 1
 
 

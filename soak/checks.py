@@ -209,7 +209,7 @@ def _over_admission(name: str, bucket: str, allowed: list[dict[str, Any]], algor
     found: list[str] = []
     if algorithm == "fixed_window":
         # A bucket lives BUCKET_SECONDS < period: one window, unless Redis forgot it.
-        segments = _split_at(allowed, [done for _kill, done in tl.empty_restarts])
+        segments = _lives_of_redis(allowed, tl.empty_restarts)
         for seg in segments:
             if len(seg) > limit:
                 found.append(f"{name} bucket {bucket}: {len(seg)} admitted in one window "
@@ -240,12 +240,18 @@ def _over_admission(name: str, bucket: str, allowed: list[dict[str, Any]], algor
     return found
 
 
-def _split_at(events: list[dict[str, Any]], times: Sequence[float]) -> list[list[dict[str, Any]]]:
-    if not times:
-        return [events]
-    segments: list[list[dict[str, Any]]] = [[] for _ in range(len(times) + 1)]
+def _lives_of_redis(events: list[dict[str, Any]],
+                    empty_restarts: Sequence[tuple[float, float]]) -> list[list[dict[str, Any]]]:
+    """The events that provably reached each life of Redis's data, split at the restarts
+    without persistence: before a kill, or after the restart was complete. A request in
+    flight across a restart (sent before it was complete, answered after the kill) may have
+    landed on either side: it is left out of both, so no ordering can make a violation."""
+    restarts = sorted(empty_restarts)
+    segments: list[list[dict[str, Any]]] = [[] for _ in range(len(restarts) + 1)]
     for e in events:
-        segments[bisect.bisect(sorted(times), e["s"])].append(e)
+        if any(e["s"] <= done and e["r"] >= kill for kill, done in restarts):
+            continue
+        segments[bisect.bisect([done for _kill, done in restarts], e["s"])].append(e)
     return segments
 
 

@@ -49,6 +49,26 @@ def test_a_429_with_too_few_hits_counted_is_caught():
     assert checks.check_rate_limits(full, timeline(), T0).ok
 
 
+def test_fixed_window_counts_restart_in_flight_requests_on_neither_side_but_catches_excess():
+    # Redis killed at t=5 and restarted empty, complete at t=6. Requests sent while it was
+    # coming back and answered with headers landed on the new, empty counter: they do not
+    # make the old window over-full (as they did when the split was at the restart's end).
+    limit, _ = config.parse_rate(config.RATE_ROUTES["api_rule"][1])
+    before = [ev("api_rule", 0.01 * i, 0.01 * i + 0.005, 200, b="x", rem=limit - 1 - i)
+              for i in range(limit)]
+    in_flight = [ev("api_rule", 5.5, 6.2, 200, b="x", rem=limit - 1),
+                 ev("api_rule", 5.6, 6.3, 200, b="x", rem=limit - 2)]
+    restarted = timeline((5.0, 6.0), restarts=((5.0, 6.0),))
+    assert checks.check_rate_limits([*before, *in_flight], restarted, T0).ok
+    # One admission too many before the kill is still a violation.
+    extra = ev("api_rule", 4.0, 4.01, 200, b="x", rem=0)
+    assert not checks.check_rate_limits([*before, extra, *in_flight], restarted, T0).ok
+    # And so are too many after the restart was complete.
+    after = [ev("api_rule", 7 + 0.01 * i, 7.005 + 0.01 * i, 200, b="x", rem=0)
+             for i in range(limit + 1)]
+    assert not checks.check_rate_limits([*before, *after], restarted, T0).ok
+
+
 def test_a_decision_sent_to_a_hung_redis_counts_when_it_wakes():
     # Failed open during a hang, counted at wake: a 429 right after is explained.
     limit, _ = config.parse_rate(config.RATE_ROUTES["rl_sliding"][1])
