@@ -18,6 +18,7 @@ from django_redis.client import DefaultClient, HerdClient, SentinelClient, Shard
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ..connection import report_closed_transports
 from ..scripts import script
 
 ASYNC_MAX_CONNECTIONS = 500
@@ -104,7 +105,7 @@ class AsyncClients:
             url, max_connections=pool_kwargs.get("max_connections") or ASYNC_MAX_CONNECTIONS,
             timeout=ASYNC_POOL_WAIT, **kwargs,
         )
-        return redis.asyncio.Redis(connection_pool=pool)
+        return report_closed_transports(redis.asyncio.Redis(connection_pool=pool))
 
 
 async def run(aclient: Any, op: tuple[Any, ...]) -> Any:

@@ -29,7 +29,9 @@ migration, ``CLUSTERDOWN`` during a failover). Sentinel clients follow a failove
 as the new primary is promoted (:mod:`.sentinel`). See ``docs/scale.md``.
 
 Inside: :mod:`.urls` reads and redacts URLs, :mod:`.build` builds clients, :mod:`.sentinel`
-follows Sentinel failovers, :mod:`.factory` plugs all of it into django-redis.
+follows Sentinel failovers, :mod:`.factory` plugs all of it into django-redis,
+:mod:`.transport` makes asyncio clients report a connection reset under uvloop as the
+``ConnectionError`` it is.
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ from django.dispatch import receiver
 from ..conf import SETTING_NAME, get_config
 from .build import build_async, build_sync, is_cluster
 from .factory import ConnectionFactory, SentinelConnectionFactory
+from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact, redact_text
 
 __all__ = [
     "CLUSTER_SCHEME", "SENTINEL_SCHEME", "ConnectionFactory", "ParsedURL",
     "SentinelConnectionFactory", "async_client_for", "client_for", "get_async_client",
-    "get_client", "is_cluster", "parse_url", "redact", "redact_text", "reset_clients",
+    "get_client", "is_cluster", "parse_url", "redact", "redact_text",
+    "report_closed_transports", "reset_clients",
 ]
 
 _lock = threading.Lock()

@@ -16,6 +16,7 @@ from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
+from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
 
@@ -137,6 +138,12 @@ def _retry(asyncio_client: bool) -> Any:
 
 def from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None = None,
              resend: bool = True) -> Any:
+    client = _from_url(url, asyncio_client=asyncio_client, timeouts=timeouts, resend=resend)
+    return report_closed_transports(client) if asyncio_client else client
+
+
+def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None,
+              resend: bool) -> Any:
     parsed = parse_url(url)
     # retry_on_error: redis-py 5 re-sends only these errors, whatever ``retry`` says.
     options = {**(timeouts or default_timeouts()), "retry": _retry(asyncio_client),
