@@ -19,10 +19,11 @@ import redis
 import redis.asyncio
 
 from django_redispatterns.connection.build import from_url
-from tests.redis_servers import RedisServer
+from tests.redis_servers import KEY_PREFIX, RedisServer
 from tests.test_cache_faults import fault_cache
 
 uvloop = pytest.importorskip("uvloop")
+KEY = f"{KEY_PREFIX}:transport"
 
 
 @pytest.fixture
@@ -39,7 +40,9 @@ async def reset_a_pooled_connection(client: Any, server: RedisServer) -> None:
     the server dies (SIGKILL) while a command it never read waits in its socket."""
     await client.ping()
     pool = client.connection_pool
-    connection = await pool.get_connection()
+    # redis-py < 5.3 needs a command name (5.3+ deprecates it)
+    connection = await (pool.get_connection("PING") if redis.VERSION < (5, 3)
+                        else pool.get_connection())
     server.pause()
     await connection.send_command("PING")  # unread: the server is stopped
     server.kill()
@@ -77,11 +80,11 @@ def test_a_reset_connection_is_a_connection_error_and_the_retry_reconnects(
             client = from_url(server.url, asyncio_client=True)
         else:
             client = fault_cache(server.url)._aclients.get()
-        await client.set("rptest-transport", b"v", px=60_000)
+        await client.set(KEY, b"v", px=60_000)
         await reset_a_pooled_connection(client, server)
         server.start()
         try:
-            return await client.get("rptest-transport")  # type: ignore[no-any-return]
+            return await client.get(KEY)  # type: ignore[no-any-return]
         finally:
             await client.aclose()
 
@@ -104,7 +107,7 @@ def test_aget_or_set_with_ignore_exceptions_computes_when_redis_died_under_uvloo
         client = cache._aclients.get()
         await reset_a_pooled_connection(client, server)
         try:
-            return await cache.aget_or_set("rptest-transport-key", compute, timeout=30)
+            return await cache.aget_or_set(KEY, compute, timeout=30)
         finally:
             await client.aclose()
 

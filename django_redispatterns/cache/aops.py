@@ -88,6 +88,7 @@ class AsyncClients:
             # Re-send only after a connection error, never after a timeout (a timed-out
             # command may have run).
             "retry": AsyncRetry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            "retry_on_error": [RedisConnectionError],  # redis-py 5 retries only these
             "retry_on_timeout": False,
         }
         for option, name in (("SOCKET_TIMEOUT", "socket_timeout"),
