@@ -67,14 +67,20 @@ class Target:
     replica_timeout: float = 0.1
     waiting_keys: list[str] = field(default_factory=list)
     wake_keys: list[str] = field(default_factory=list)
+    # Built once (a Target is cached with its lock's options), read on every acquire/release:
+    acquire_script: str = field(init=False)
+    release_script: str = field(init=False)
+    acquire_keys: list[str] = field(init=False)  # held + fence keys
+    waiter_keys: list[str] = field(init=False)  # ... + the waiting markers (a waiter's call)
+    release_keys: list[str] = field(init=False)  # held + waiting markers + wake-up lists
 
-    @property
-    def acquire_script(self) -> str:
-        return ACQUIRE_ONE if len(self.names) == 1 else ACQUIRE
-
-    @property
-    def release_script(self) -> str:
-        return RELEASE_ONE if len(self.names) == 1 else RELEASE
+    def __post_init__(self) -> None:
+        one = len(self.names) == 1
+        self.acquire_script = ACQUIRE_ONE if one else ACQUIRE
+        self.release_script = RELEASE_ONE if one else RELEASE
+        self.acquire_keys = self.held_keys + self.fence_keys
+        self.waiter_keys = self.acquire_keys + self.waiting_keys
+        self.release_keys = self.held_keys + self.waiting_keys + self.wake_keys
 
 
 class Server:
@@ -222,7 +228,7 @@ class Server:
         t = self.target
         if not self.wakes_waiters:
             return t.held_keys, [token]
-        return t.held_keys + t.waiting_keys + t.wake_keys, [token, WAKE_TTL_MS]
+        return t.release_keys, [token, WAKE_TTL_MS]
 
     def release(self, token: str) -> int:
         """Owner-checked release that wakes one waiter of each name; names released."""

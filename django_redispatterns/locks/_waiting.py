@@ -139,16 +139,17 @@ class Waiter:
         self.delay = MIN_DELAY
         self.generations: list[int] = []
         self.blocks = wait > 0 and store.wakes_waiters
+        self.backs_off = wait > 0 and not store.wakes_waiters
 
     def acquire_call(self, keys_: list[str], args: list[Any]) -> tuple[list[str], list[Any]]:
         """The acquire script's keys and arguments; a blocking waiter adds its markers."""
         if not self.blocks:
             return keys_, args
-        return keys_ + self.store.target.waiting_keys, [*args, WAITING_MS]
+        return self.store.target.waiter_keys, [*args, WAITING_MS]
 
     def before_attempt(self) -> None:
         """Note the release count of each key, so a release during the attempt is not missed."""
-        if not self.blocks:
+        if self.backs_off:
             self.generations = [wakeups.generation(k) for k in self.held_keys]
 
     def _remaining(self) -> float | None:
