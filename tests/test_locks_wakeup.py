@@ -119,6 +119,38 @@ def test_multilock_waiter_is_woken_by_the_conflicting_names_release(long_block: 
     assert got == [True]
 
 
+def _blocked(client: redis.Redis) -> int:
+    """Clients blocked (in BLPOP) on this server right now."""
+    return sum(1 for c in client.client_list() if "b" in c.get("flags", ""))
+
+
+def test_a_multilock_waiter_passes_on_a_wake_up_it_cannot_use(
+    redis_client: redis.Redis, long_block: None,
+) -> None:
+    """The MultiLock waiter blocked first on "p-a" takes the wake-up of its release, then
+    fails on "p-b" (still held). "p-a" is free, so that wake-up is pushed again for the
+    waiter of "p-a" alone, who would otherwise stay blocked (LONG_BLOCK) on a free lock."""
+    base = _blocked(redis_client)
+    holder_a = Lock("p-a", ttl=30, auto_renew=False)
+    holder_b = Lock("p-b", ttl=30, auto_renew=False)
+    assert holder_a.acquire() and holder_b.acquire()
+    multi: list[bool] = []
+    m = threading.Thread(target=lambda: multi.append(
+        MultiLock(["p-a", "p-b"], ttl=5, wait=90, auto_renew=False).acquire()))
+    m.start()
+    assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)  # on p-a's list
+    single: list[float] = []
+    s = _waiter("p-a", single)
+    s.start()
+    assert wait_until(lambda: _blocked(redis_client) == base + 2, IN_TIME)  # behind it
+    holder_a.release()  # wakes the MultiLock waiter (first in line), which fails on p-b
+    s.join(IN_TIME)
+    assert single, "the waiter of p-a alone was not woken although p-a was free"
+    holder_b.release()
+    m.join(IN_TIME)
+    assert multi == [True]
+
+
 def test_async_waiter_is_woken_by_the_release(long_block: None) -> None:
     async def scenario() -> float:
         holder = Lock("awake", ttl=30, auto_renew=False)

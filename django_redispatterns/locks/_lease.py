@@ -71,7 +71,7 @@ class Target:
     acquire_script: str = field(init=False)
     release_script: str = field(init=False)
     acquire_keys: list[str] = field(init=False)  # held + fence keys
-    waiter_keys: list[str] = field(init=False)  # ... + the waiting markers (a waiter's call)
+    waiter_keys: list[str] = field(init=False)  # + markers (+ wake-up lists: several names)
     release_keys: list[str] = field(init=False)  # held + waiting markers + wake-up lists
 
     def __post_init__(self) -> None:
@@ -79,7 +79,7 @@ class Target:
         self.acquire_script = ACQUIRE_ONE if one else ACQUIRE
         self.release_script = RELEASE_ONE if one else RELEASE
         self.acquire_keys = self.held_keys + self.fence_keys
-        self.waiter_keys = self.acquire_keys + self.waiting_keys
+        self.waiter_keys = self.acquire_keys + self.waiting_keys + ([] if one else self.wake_keys)
         self.release_keys = self.held_keys + self.waiting_keys + self.wake_keys
 
 
