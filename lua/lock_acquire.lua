@@ -14,25 +14,31 @@
 -- Waiting: ARGV[5] "someone waits" marker lifetime in ms (a held name's marker is set, so
 -- its holder's release pushes a wake-up); ARGV[6] index of the name whose wake-up this
 -- waiter consumed (0: none) and ARGV[7] wake-up list TTL in ms: when the attempt fails on
--- another name while that one is free and marked, its wake-up is pushed again (passed on
--- to a waiter of that name alone, who would otherwise stay blocked on a free lock).
+-- another name while that one is free (or handed over) and marked, its wake-up is pushed
+-- again (passed on to a waiter of that name alone, who would otherwise stay blocked on a
+-- free lock). Only a waiter that took name i's wake-up may take it while handed over ('~').
 local n = #KEYS / (ARGV[6] and 4 or (ARGV[5] and 3 or 2))
 local token = ARGV[1]
 local mine = token .. '|'
 local held = {}
 for i = 1, n do
   local value = redis.call('GET', KEYS[i])
+  if value == '~' and tonumber(ARGV[6] or '0') == i then
+    value = nil -- handed over (see lock_release), and this waiter took its wake-up
+  end
   if value then
     if string.sub(value, 1, #mine) ~= mine then
       if ARGV[5] then
         redis.call('SET', KEYS[2 * n + i], '1', 'PX', ARGV[5])
         local k = tonumber(ARGV[6] or '0')
-        if k > 0 and k ~= i and redis.call('EXISTS', KEYS[k]) == 0
-            and redis.call('EXISTS', KEYS[2 * n + k]) == 1 then
-          local wake = KEYS[3 * n + k]
-          redis.call('LPUSH', wake, '1')
-          redis.call('LTRIM', wake, 0, 0)
-          redis.call('PEXPIRE', wake, ARGV[7])
+        if k > 0 and k ~= i then
+          local other = redis.call('GET', KEYS[k])
+          if (not other or other == '~') and redis.call('EXISTS', KEYS[2 * n + k]) == 1 then
+            local wake = KEYS[3 * n + k]
+            redis.call('LPUSH', wake, '1')
+            redis.call('LTRIM', wake, 0, 0)
+            redis.call('PEXPIRE', wake, ARGV[7])
+          end
         end
       end
       return {0, i, redis.call('PTTL', KEYS[i])}

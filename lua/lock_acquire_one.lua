@@ -5,7 +5,8 @@
 -- ARGV[3] fencing counter TTL in ms, ARGV[4] owner metadata (JSON, informational)
 -- ARGV[5] (only from a caller that will wait) "someone waits" marker lifetime in ms; then
 --         KEYS[3] is the name's waiting marker (same hash tag): when the name is held,
---         the marker is set, so the holder's release pushes a wake-up.
+--         the marker is set, so the holder's release pushes a wake-up. ARGV[6] "1" when
+--         this waiter took a wake-up: it may take a lock handed over ('~', see release).
 -- Returns an integer: the fencing token (> 0) when the lock is now ours;
 --         -1 - pttl (<= 0) when another owner holds it (pttl: its remaining lease in ms;
 --         0 means it has no TTL, which no key of ours lacks).
@@ -14,7 +15,7 @@
 -- Fencing: fence = max(last + 1, server TIME in microseconds), so tokens keep rising
 -- after the counter expires or a failover loses the last increment.
 local value = redis.call('GET', KEYS[1])
-if value then
+if value and not (value == '~' and ARGV[6] == '1') then
   local mine = ARGV[1] .. '|'
   if string.sub(value, 1, #mine) == mine then
     -- a re-sent acquire: keep the token already issued, renew the lease

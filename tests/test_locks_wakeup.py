@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from django_redispatterns import connection
-from django_redispatterns.locks import Lock, MultiLock, _names, _waiting, held_key
+from django_redispatterns.locks import Lock, MultiLock, _lease, _names, _waiting, held_key
 from tests import lock_workers
 from tests.redis_servers import KEY_PREFIX
 from tests.test_locks import wait_until
@@ -151,6 +151,40 @@ def test_a_multilock_waiter_passes_on_a_wake_up_it_cannot_use(
     assert multi == [True]
 
 
+def test_a_woken_waiter_is_not_overtaken_by_a_newcomer(
+    redis_client: redis.Redis, long_block: None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The release hands the lock to the waiter it woke: a newcomer (or the releaser
+    itself coming back) that tries between the wake-up and the woken waiter's attempt
+    finds the lock taken, and the woken waiter gets it."""
+    monkeypatch.setattr(_lease, "HANDOFF_MS", 120_000)  # far longer than the test
+    base = _blocked(redis_client)
+    holder = Lock("handoff", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    woken, go = threading.Event(), threading.Event()
+    original = _waiting.Waiter.sleep
+
+    def held_back(self: _waiting.Waiter, attempt: Any) -> bool:
+        slept = original(self, attempt)
+        if self.woken:  # the wake-up arrived; hold the next attempt back until told
+            woken.set()
+            go.wait(IN_TIME * 4)
+        return slept
+
+    monkeypatch.setattr(_waiting.Waiter, "sleep", held_back)
+    waited: list[float] = []
+    w = _waiter("handoff", waited)
+    w.start()
+    assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)
+    holder.release()
+    assert woken.wait(IN_TIME)
+    newcomer = Lock("handoff", ttl=5, auto_renew=False)
+    assert not newcomer.acquire(wait=0), "a newcomer overtook the waiter the release woke"
+    go.set()
+    w.join(IN_TIME)
+    assert waited, "the woken waiter did not get the lock handed to it"
+
+
 def test_async_waiter_is_woken_by_the_release(long_block: None) -> None:
     async def scenario() -> float:
         holder = Lock("awake", ttl=30, auto_renew=False)
@@ -199,7 +233,8 @@ def test_every_wake_up_key_has_a_ttl(redis_client: redis.Redis, long_block: None
     for key in keys:
         assert redis_client.pttl(key) > 0, key
     assert redis_client.llen(_names.wake_key("ttl-check")) <= 1
-    assert not redis_client.exists(held_key("ttl-check"))
+    # Free, or handed over to a waiter ("~", with the TTL checked above) by the last release.
+    assert redis_client.get(held_key("ttl-check")) in (None, b"~")
 
 
 def test_an_uncontended_lock_writes_no_wake_up_keys(redis_client: redis.Redis) -> None:

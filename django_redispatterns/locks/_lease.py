@@ -29,6 +29,10 @@ EXTEND = "lock_extend"
 FENCE_FLOOR = "lock_fence_floor"
 WAKE_TTL_MS = 1000  # a wake-up list outlives the release that pushed it by this long
 WAITING_MS = 2000  # a waiter's "someone waits" marker: longer than its longest block
+# A release that wakes a waiter hands the lock over to it for this long: only a waiter that
+# took a wake-up may acquire it meanwhile, so the releaser (or a newcomer) cannot overtake
+# the waiter just woken. A woken waiter that died or stalls costs at most this much.
+HANDOFF_MS = 100
 
 
 @dataclass
@@ -228,7 +232,7 @@ class Server:
         t = self.target
         if not self.wakes_waiters:
             return t.held_keys, [token]
-        return t.release_keys, [token, WAKE_TTL_MS]
+        return t.release_keys, [token, WAKE_TTL_MS, HANDOFF_MS]
 
     def release(self, token: str) -> int:
         """Owner-checked release that wakes one waiter of each name; names released."""

@@ -147,8 +147,8 @@ class Waiter:
         if not self.blocks:
             return keys_, args
         target = self.store.target
-        if len(target.names) == 1:
-            return target.waiter_keys, [*args, WAITING_MS]
+        if len(target.names) == 1:  # woken: may take the lock its release handed over
+            return target.waiter_keys, [*args, WAITING_MS, self.woken]
         # Several names: a wake-up consumed for one name is passed on when this attempt
         # fails on another one (the script pushes it again if that name is free).
         return target.waiter_keys, [*args, WAITING_MS, self.woken, WAKE_TTL_MS]
