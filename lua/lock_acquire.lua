@@ -16,15 +16,16 @@
 -- waiter consumed (0: none) and ARGV[7] wake-up list TTL in ms: when the attempt fails on
 -- another name while that one is free (or handed over) and marked, its wake-up is pushed
 -- again (passed on to a waiter of that name alone, who would otherwise stay blocked on a
--- free lock). Only a waiter that took name i's wake-up may take it while handed over ('~').
+-- free lock). While handed over ('~') name i may be taken by a waiter that took its
+-- wake-up, or by a caller that does not wait (it never queued).
 local n = #KEYS / (ARGV[6] and 4 or (ARGV[5] and 3 or 2))
 local token = ARGV[1]
 local mine = token .. '|'
 local held = {}
 for i = 1, n do
   local value = redis.call('GET', KEYS[i])
-  if value == '~' and tonumber(ARGV[6] or '0') == i then
-    value = nil -- handed over (see lock_release), and this waiter took its wake-up
+  if value == '~' and (not ARGV[5] or tonumber(ARGV[6] or '0') == i) then
+    value = nil -- handed over (see lock_release): to this waiter, or we never queued
   end
   if value then
     if string.sub(value, 1, #mine) ~= mine then

@@ -6,7 +6,8 @@
 -- ARGV[5] (only from a caller that will wait) "someone waits" marker lifetime in ms; then
 --         KEYS[3] is the name's waiting marker (same hash tag): when the name is held,
 --         the marker is set, so the holder's release pushes a wake-up. ARGV[6] "1" when
---         this waiter took a wake-up: it may take a lock handed over ('~', see release).
+--         this waiter took a wake-up: it may take a lock handed over ('~', see release),
+--         as may a caller that does not wait (no ARGV[5]), which never queued.
 -- Returns an integer: the fencing token (> 0) when the lock is now ours;
 --         -1 - pttl (<= 0) when another owner holds it (pttl: its remaining lease in ms;
 --         0 means it has no TTL, which no key of ours lacks).
@@ -15,7 +16,7 @@
 -- Fencing: fence = max(last + 1, server TIME in microseconds), so tokens keep rising
 -- after the counter expires or a failover loses the last increment.
 local value = redis.call('GET', KEYS[1])
-if value and not (value == '~' and ARGV[6] == '1') then
+if value and not (value == '~' and (not ARGV[5] or ARGV[6] == '1')) then
   local mine = ARGV[1] .. '|'
   if string.sub(value, 1, #mine) == mine then
     -- a re-sent acquire: keep the token already issued, renew the lease

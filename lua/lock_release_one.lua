@@ -7,8 +7,8 @@
 --         the marker says someone waits, one element is pushed onto the list (kept at one
 --         element): exactly one blocked waiter wakes, or the next one to block returns at
 --         once (the list lives ARGV[2] ms); and the lock is handed over: its value becomes
---         '~' for ARGV[3] ms, which only a waiter that took a wake-up may acquire, so a
---         newcomer (or this releaser again) cannot overtake the waiter just woken.
+--         '~' for ARGV[3] ms, which among waiters only one that took a wake-up may acquire,
+--         so a waiting newcomer (or this releaser again) cannot overtake the one just woken.
 -- Returns 1 when the lock was ours and is now released, else 0 (left alone).
 -- The fencing counter is kept: tokens must keep rising for the next holder.
 local value = redis.call('GET', KEYS[1])

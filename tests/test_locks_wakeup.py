@@ -154,35 +154,59 @@ def test_a_multilock_waiter_passes_on_a_wake_up_it_cannot_use(
 def test_a_woken_waiter_is_not_overtaken_by_a_newcomer(
     redis_client: redis.Redis, long_block: None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The release hands the lock to the waiter it woke: a newcomer (or the releaser
-    itself coming back) that tries between the wake-up and the woken waiter's attempt
-    finds the lock taken, and the woken waiter gets it."""
+    """The release hands the lock to the waiter it woke: a waiting newcomer (or the
+    releaser itself coming back) that tries between the wake-up and the woken waiter's
+    attempt finds the lock taken and queues behind it; the woken waiter goes first."""
     monkeypatch.setattr(_lease, "HANDOFF_MS", 120_000)  # far longer than the test
     base = _blocked(redis_client)
     holder = Lock("handoff", ttl=30, auto_renew=False)
     assert holder.acquire()
     woken, go = threading.Event(), threading.Event()
     original = _waiting.Waiter.sleep
+    order: list[str] = []
 
     def held_back(self: _waiting.Waiter, attempt: Any) -> bool:
         slept = original(self, attempt)
-        if self.woken:  # the wake-up arrived; hold the next attempt back until told
+        if self.woken and not go.is_set():  # the first wake-up: hold the attempt back
             woken.set()
             go.wait(IN_TIME * 4)
         return slept
 
+    def waiter(label: str) -> threading.Thread:
+        def run() -> None:
+            lock = Lock("handoff", ttl=10, wait=90, auto_renew=False)
+            assert lock.acquire()
+            order.append(label)
+            lock.release()
+        return threading.Thread(target=run)
+
     monkeypatch.setattr(_waiting.Waiter, "sleep", held_back)
-    waited: list[float] = []
-    w = _waiter("handoff", waited)
-    w.start()
+    first = waiter("woken")
+    first.start()
     assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)
     holder.release()
     assert woken.wait(IN_TIME)
-    newcomer = Lock("handoff", ttl=5, auto_renew=False)
-    assert not newcomer.acquire(wait=0), "a newcomer overtook the waiter the release woke"
+    newcomer = waiter("newcomer")
+    newcomer.start()  # tries while the woken waiter is held back, then blocks
+    assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)
     go.set()
-    w.join(IN_TIME)
-    assert waited, "the woken waiter did not get the lock handed to it"
+    first.join(IN_TIME)
+    newcomer.join(IN_TIME)
+    assert order == ["woken", "newcomer"], "a newcomer overtook the waiter the release woke"
+
+
+def test_a_caller_that_does_not_wait_is_not_refused_a_hand_over(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiter that gave up leaves its marker, so the release hands over to nobody; a
+    caller that does not wait (it never queued) still gets the lock at once."""
+    monkeypatch.setattr(_lease, "HANDOFF_MS", 120_000)
+    holder = Lock("gave-up", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    assert not Lock("gave-up", ttl=5, auto_renew=False).acquire(wait=0.05)  # marks, gives up
+    holder.release()
+    assert redis_client.get(held_key("gave-up")) == b"~"
+    assert Lock("gave-up", ttl=5, auto_renew=False).acquire(wait=0)
 
 
 def test_async_waiter_is_woken_by_the_release(long_block: None) -> None:
