@@ -29,9 +29,9 @@ EXTEND = "lock_extend"
 FENCE_FLOOR = "lock_fence_floor"
 WAKE_TTL_MS = 1000  # a wake-up list outlives the release that pushed it by this long
 WAITING_MS = 2000  # a waiter's "someone waits" marker: longer than its longest block
-# A release that wakes a waiter hands the lock over to it for this long: only a waiter that
-# took a wake-up may acquire it meanwhile, so the releaser (or a newcomer) cannot overtake
-# the waiter just woken. A woken waiter that died or stalls costs at most this much.
+# A release that wakes a waiter hands the lock over to it for this long: among waiters only
+# one that took a wake-up (or a caller that does not wait) may acquire it, so the releaser or
+# a waiting newcomer cannot overtake the waiter just woken; one that died costs at most this.
 HANDOFF_MS = 100
 
 
