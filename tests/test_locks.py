@@ -37,6 +37,7 @@ from django_redispatterns.locks import (
     locked,
     single_flight,
 )
+from django_redispatterns.locks._lease import parse_acquire
 from tests import lock_workers
 from tests.redis_servers import KEY_PREFIX
 
@@ -116,20 +117,55 @@ def test_acquire_and_release_are_one_round_trip_each(
     assert sent == ["EVALSHA", "EVALSHA"]
 
 
+@pytest.mark.parametrize("script", ["lock_acquire", "lock_acquire_one"])
 def test_acquire_retry_with_same_token_succeeds_with_same_fence(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, script: str,
 ) -> None:
-    """A re-sent acquire finds our token in the key and reports success again."""
-    lock = Lock("d4", ttl=5, auto_renew=False)
+    """A re-sent acquire finds our token in the key and reports success again, with the
+    same fencing token; another owner is told the holder's remaining lease. Both scripts:
+    MultiLock's (any number of names) and Lock's (one name, integer replies)."""
+    lock = Lock(f"d4-{script}", ttl=5, auto_renew=False)
     token = "ab" * 16
     keys_, args = lock._acquire_call(token)
-    acquire = scripts.script("lock_acquire")
-    first = acquire(redis_client, keys_, args)
-    again = acquire(redis_client, keys_, args)
-    assert first[0] == again[0] == 1
-    assert first[1] == again[1]  # no second fencing token for the same acquisition
-    other = acquire(redis_client, keys_, ["cd" * 16, *args[1:]])
-    assert other[0] == 0 and other[1] == 1 and 0 < other[2] <= 5000
+    acquire = scripts.script(script)
+    first = parse_acquire(acquire(redis_client, keys_, args))
+    again = parse_acquire(acquire(redis_client, keys_, args))
+    assert first.ok and again.ok
+    assert first.fences == again.fences  # no second fencing token for the same acquisition
+    assert int(redis_client.get(keys_[1])) == first.fences[0]  # type: ignore[arg-type]
+    other = parse_acquire(acquire(redis_client, keys_, ["cd" * 16, *args[1:]]))
+    assert not other.ok and other.conflict == 1 and 0 < other.holder_pttl <= 5000
+    release = scripts.script(script.replace("acquire", "release"))
+    assert release(redis_client, keys_[:1], ["cd" * 16]) == 0  # not the holder: left alone
+    assert release(redis_client, keys_[:1], [token]) == 1
+    assert redis_client.exists(keys_[0]) == 0
+
+
+def test_one_name_fence_text_matches_the_fence_at_every_clock_value(
+    redis_client: redis.Redis,
+) -> None:
+    """The stored fence (held value and counter) is the returned one, also when the
+    server clock's microseconds have leading zeros (the script pads them itself)."""
+    acquire = scripts.script("lock_acquire_one")
+    release = scripts.script("lock_release_one")
+    lock = Lock("fence-text", ttl=5, auto_renew=False)
+    padded = 0
+    last = 0
+    for i in range(20_000):
+        token = f"{i:032x}"
+        keys_, args = lock._acquire_call(token)
+        fence = acquire(redis_client, keys_, args)
+        stored = redis_client.get(keys_[0]).split(b"|")  # type: ignore[union-attr]
+        assert stored[0] == token.encode() and int(stored[1]) == fence
+        assert stored[1] == str(fence).encode()
+        assert int(redis_client.get(keys_[1])) == fence  # type: ignore[arg-type]
+        assert fence > last
+        last = fence
+        assert release(redis_client, keys_[:1], [token]) == 1
+        padded += fence % 1_000_000 < 100_000
+        if padded >= 3:
+            break
+    assert padded >= 3, "never saw a clock value with leading zeros in its microseconds"
 
 
 def test_acquire_signal_and_context_manager_value(received: dict[str, list[Any]]) -> None:

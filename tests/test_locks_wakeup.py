@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from django_redispatterns import connection
-from django_redispatterns.locks import Lock, MultiLock, _names, _waiting, held_key
+from django_redispatterns.locks import Lock, MultiLock, _lease, _names, _waiting, held_key
 from tests import lock_workers
 from tests.redis_servers import KEY_PREFIX
 from tests.test_locks import wait_until
@@ -119,6 +119,96 @@ def test_multilock_waiter_is_woken_by_the_conflicting_names_release(long_block: 
     assert got == [True]
 
 
+def _blocked(client: redis.Redis) -> int:
+    """Clients blocked (in BLPOP) on this server right now."""
+    return sum(1 for c in client.client_list() if "b" in c.get("flags", ""))
+
+
+def test_a_multilock_waiter_passes_on_a_wake_up_it_cannot_use(
+    redis_client: redis.Redis, long_block: None,
+) -> None:
+    """The MultiLock waiter blocked first on "p-a" takes the wake-up of its release, then
+    fails on "p-b" (still held). "p-a" is free, so that wake-up is pushed again for the
+    waiter of "p-a" alone, who would otherwise stay blocked (LONG_BLOCK) on a free lock."""
+    base = _blocked(redis_client)
+    holder_a = Lock("p-a", ttl=30, auto_renew=False)
+    holder_b = Lock("p-b", ttl=30, auto_renew=False)
+    assert holder_a.acquire() and holder_b.acquire()
+    multi: list[bool] = []
+    m = threading.Thread(target=lambda: multi.append(
+        MultiLock(["p-a", "p-b"], ttl=5, wait=90, auto_renew=False).acquire()))
+    m.start()
+    assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)  # on p-a's list
+    single: list[float] = []
+    s = _waiter("p-a", single)
+    s.start()
+    assert wait_until(lambda: _blocked(redis_client) == base + 2, IN_TIME)  # behind it
+    holder_a.release()  # wakes the MultiLock waiter (first in line), which fails on p-b
+    s.join(IN_TIME)
+    assert single, "the waiter of p-a alone was not woken although p-a was free"
+    holder_b.release()
+    m.join(IN_TIME)
+    assert multi == [True]
+
+
+def test_a_woken_waiter_is_not_overtaken_by_a_newcomer(
+    redis_client: redis.Redis, long_block: None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The release hands the lock to the waiter it woke: a waiting newcomer (or the
+    releaser itself coming back) that tries between the wake-up and the woken waiter's
+    attempt finds the lock taken and queues behind it; the woken waiter goes first."""
+    monkeypatch.setattr(_lease, "HANDOFF_MS", 120_000)  # far longer than the test
+    base = _blocked(redis_client)
+    holder = Lock("handoff", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    woken, go = threading.Event(), threading.Event()
+    original = _waiting.Waiter.sleep
+    order: list[str] = []
+
+    def held_back(self: _waiting.Waiter, attempt: Any) -> bool:
+        slept = original(self, attempt)
+        if self.woken and not go.is_set():  # the first wake-up: hold the attempt back
+            woken.set()
+            go.wait(IN_TIME * 4)
+        return slept
+
+    def waiter(label: str) -> threading.Thread:
+        def run() -> None:
+            lock = Lock("handoff", ttl=10, wait=90, auto_renew=False)
+            assert lock.acquire()
+            order.append(label)
+            lock.release()
+        return threading.Thread(target=run)
+
+    monkeypatch.setattr(_waiting.Waiter, "sleep", held_back)
+    first = waiter("woken")
+    first.start()
+    assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)
+    holder.release()
+    assert woken.wait(IN_TIME)
+    newcomer = waiter("newcomer")
+    newcomer.start()  # tries while the woken waiter is held back, then blocks
+    assert wait_until(lambda: _blocked(redis_client) == base + 1, IN_TIME)
+    go.set()
+    first.join(IN_TIME)
+    newcomer.join(IN_TIME)
+    assert order == ["woken", "newcomer"], "a newcomer overtook the waiter the release woke"
+
+
+def test_a_caller_that_does_not_wait_is_not_refused_a_hand_over(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiter that gave up leaves its marker, so the release hands over to nobody; a
+    caller that does not wait (it never queued) still gets the lock at once."""
+    monkeypatch.setattr(_lease, "HANDOFF_MS", 120_000)
+    holder = Lock("gave-up", ttl=30, auto_renew=False)
+    assert holder.acquire()
+    assert not Lock("gave-up", ttl=5, auto_renew=False).acquire(wait=0.05)  # marks, gives up
+    holder.release()
+    assert redis_client.get(held_key("gave-up")) == b"~"
+    assert Lock("gave-up", ttl=5, auto_renew=False).acquire(wait=0)
+
+
 def test_async_waiter_is_woken_by_the_release(long_block: None) -> None:
     async def scenario() -> float:
         holder = Lock("awake", ttl=30, auto_renew=False)
@@ -167,7 +257,8 @@ def test_every_wake_up_key_has_a_ttl(redis_client: redis.Redis, long_block: None
     for key in keys:
         assert redis_client.pttl(key) > 0, key
     assert redis_client.llen(_names.wake_key("ttl-check")) <= 1
-    assert not redis_client.exists(held_key("ttl-check"))
+    # Free, or handed over to a waiter ("~", with the TTL checked above) by the last release.
+    assert redis_client.get(held_key("ttl-check")) in (None, b"~")
 
 
 def test_an_uncontended_lock_writes_no_wake_up_keys(redis_client: redis.Redis) -> None:

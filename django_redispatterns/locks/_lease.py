@@ -23,10 +23,16 @@ from ._names import ms
 
 ACQUIRE = "lock_acquire"
 RELEASE = "lock_release"
+ACQUIRE_ONE = "lock_acquire_one"  # the same protocol for one name: no loops, integer replies
+RELEASE_ONE = "lock_release_one"
 EXTEND = "lock_extend"
 FENCE_FLOOR = "lock_fence_floor"
 WAKE_TTL_MS = 1000  # a wake-up list outlives the release that pushed it by this long
 WAITING_MS = 2000  # a waiter's "someone waits" marker: longer than its longest block
+# A release that wakes a waiter hands the lock over to it for this long: among waiters only
+# one that took a wake-up (or a caller that does not wait) may acquire it, so the releaser or
+# a waiting newcomer cannot overtake the waiter just woken; one that died costs at most this.
+HANDOFF_MS = 100
 
 
 @dataclass
@@ -42,6 +48,10 @@ class Attempt:
 
 
 def parse_acquire(reply: Any) -> Attempt:
+    if isinstance(reply, int):  # lock_acquire_one: the fence, or -1 - the holder's pttl
+        if reply > 0:
+            return Attempt(True, [reply])
+        return Attempt(False, [], holder_pttl=-1 - reply, conflict=1)
     if int(reply[0]) == 1:
         return Attempt(True, [int(f) for f in reply[1:]])
     return Attempt(False, [], holder_pttl=int(reply[2]), conflict=int(reply[1]))
@@ -61,6 +71,20 @@ class Target:
     replica_timeout: float = 0.1
     waiting_keys: list[str] = field(default_factory=list)
     wake_keys: list[str] = field(default_factory=list)
+    # Built once (a Target is cached with its lock's options), read on every acquire/release:
+    acquire_script: str = field(init=False)
+    release_script: str = field(init=False)
+    acquire_keys: list[str] = field(init=False)  # held + fence keys
+    waiter_keys: list[str] = field(init=False)  # + markers (+ wake-up lists: several names)
+    release_keys: list[str] = field(init=False)  # held + waiting markers + wake-up lists
+
+    def __post_init__(self) -> None:
+        one = len(self.names) == 1
+        self.acquire_script = ACQUIRE_ONE if one else ACQUIRE
+        self.release_script = RELEASE_ONE if one else RELEASE
+        self.acquire_keys = self.held_keys + self.fence_keys
+        self.waiter_keys = self.acquire_keys + self.waiting_keys + ([] if one else self.wake_keys)
+        self.release_keys = self.held_keys + self.waiting_keys + self.wake_keys
 
 
 class Server:
@@ -93,7 +117,9 @@ class Server:
     # -- acquire -----------------------------------------------------------------------
 
     def _sender(self) -> Callable[..., Any]:
-        return self._acquire_and_wait if self.target.min_replicas else scripts.script(ACQUIRE)
+        if self.target.min_replicas:
+            return self._acquire_and_wait
+        return scripts.script(self.target.acquire_script)
 
     def attempt(self, token: str, keys_: list[str], args: list[Any], ttl: float) -> Attempt:
         """One acquire round trip; raises BackendUnavailable (fail closed)."""
@@ -124,7 +150,7 @@ class Server:
         """Async twin of :meth:`attempt`."""
         client = self.async_clients()[0]
         send = self._aacquire_and_wait if self.target.min_replicas else scripts.script(
-            ACQUIRE).acall
+            self.target.acquire_script).acall
         started = time.monotonic()
         try:
             try:
@@ -148,7 +174,7 @@ class Server:
             f"{t.replica_timeout:g}s; released it rather than risk losing it on failover"))
 
     def _acquire_pipe(self, client: Any, command: str, keys_: list[str], args: list[Any]) -> Any:
-        lua = scripts.script(ACQUIRE)
+        lua = scripts.script(self.target.acquire_script)
         pipe = client.pipeline(transaction=False)
         pipe.execute_command(command, lua.sha if command == "EVALSHA" else lua.source,
                              len(keys_), *keys_, *args)
@@ -193,28 +219,30 @@ class Server:
         """Undo a (possibly partial) acquire; errors are ignored (the lease ends anyway)."""
         for client in self.clients():
             with contextlib.suppress(redis.RedisError):
-                scripts.script(RELEASE)(client, self.target.held_keys, [token])
+                scripts.script(self.target.release_script)(client, self.target.held_keys,
+                                                           [token])
 
     async def arelease_quietly(self, token: str) -> None:
         for client in self.async_clients():
             with contextlib.suppress(redis.RedisError):
-                await scripts.script(RELEASE).acall(client, self.target.held_keys, [token])
+                await scripts.script(self.target.release_script).acall(
+                    client, self.target.held_keys, [token])
 
     def _release_call(self, token: str) -> tuple[list[str], list[Any]]:
         t = self.target
         if not self.wakes_waiters:
             return t.held_keys, [token]
-        return t.held_keys + t.waiting_keys + t.wake_keys, [token, WAKE_TTL_MS]
+        return t.release_keys, [token, WAKE_TTL_MS, HANDOFF_MS]
 
     def release(self, token: str) -> int:
         """Owner-checked release that wakes one waiter of each name; names released."""
         keys_, args = self._release_call(token)
-        return self.count(RELEASE, args, "release", keys_)
+        return self.count(self.target.release_script, args, "release", keys_)
 
     async def arelease(self, token: str) -> int:
         """Async twin of :meth:`release`."""
         keys_, args = self._release_call(token)
-        return await self.acount(RELEASE, args, "release", keys_)
+        return await self.acount(self.target.release_script, args, "release", keys_)
 
     def count(self, script: str, args: list[Any], action: str,
               keys_: list[str] | None = None) -> int:

@@ -84,7 +84,7 @@ class _Base(Holding):
         return f'{head},"since":{time.time():.3f}}}'
 
     def _acquire_call(self, token: str) -> tuple[list[str], list[Any]]:
-        return (self._held_keys + self._fence_keys,
+        return (self._store.target.acquire_keys,
                 [token, self._plan.ttl_ms, self._store.target.fencing_ttl_ms, self._meta()])
 
     def owned(self) -> bool:
@@ -113,8 +113,9 @@ class _Base(Holding):
         if self.max_hold is not None:
             self._hold_ends = attempt.started + self.max_hold
         logger.debug("lock %r acquired (fencing token %s)", self.label, attempt.fences)
-        signals.lock_acquired.send(type(self), name=self.label, token=token,
-                                   fencing_token=self._fence_value())
+        if signals.lock_acquired.receivers:  # sent only when listened to (hot path)
+            signals.lock_acquired.send(type(self), name=self.label, token=token,
+                                       fencing_token=self._fence_value())
 
     def _report_wait(self, waiter: _waiting.Waiter, *, acquired: bool) -> None:
         if signals.lock_waited.receivers:  # sent only when listened to (hot path)

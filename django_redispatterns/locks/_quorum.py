@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from .. import scripts
-from ._lease import ACQUIRE, FENCE_FLOOR, Attempt, Server, parse_acquire
+from ._lease import FENCE_FLOOR, Attempt, Server, parse_acquire
 
 logger = logging.getLogger("django_redispatterns.locks")
 
@@ -33,7 +33,7 @@ class Quorum(Server):
 
     def attempt(self, token: str, keys_: list[str], args: list[Any], ttl: float) -> Attempt:
         clients = self.clients()
-        lua = scripts.script(ACQUIRE)
+        lua = scripts.script(self.target.acquire_script)
         started = time.monotonic()
         replies: list[Any] = []
         for client in clients:  # sequential: each call is one short round trip
@@ -60,7 +60,7 @@ class Quorum(Server):
     async def aattempt(self, token: str, keys_: list[str], args: list[Any],
                        ttl: float) -> Attempt:
         clients = self.async_clients()
-        lua = scripts.script(ACQUIRE)
+        lua = scripts.script(self.target.acquire_script)
         started = time.monotonic()
 
         async def call(client: Any) -> Any:

@@ -26,7 +26,7 @@ import redis.asyncio
 
 from .. import connection
 from ..connection.build import without_resend
-from ._lease import WAITING_MS, Attempt, Server
+from ._lease import WAITING_MS, WAKE_TTL_MS, Attempt, Server
 
 MIN_DELAY = 0.005  # first back-off step while waiting (seconds)
 MAX_DELAY = 0.2  # back-off cap: a waiter asks Redis at most ~5 times a second
@@ -138,17 +138,24 @@ class Waiter:
         self.slept = False  # at least one wait: the lock was held when asked
         self.delay = MIN_DELAY
         self.generations: list[int] = []
+        self.woken = 0  # 1-based index of the name whose wake-up the last block consumed
         self.blocks = wait > 0 and store.wakes_waiters
+        self.backs_off = wait > 0 and not store.wakes_waiters
 
     def acquire_call(self, keys_: list[str], args: list[Any]) -> tuple[list[str], list[Any]]:
         """The acquire script's keys and arguments; a blocking waiter adds its markers."""
         if not self.blocks:
             return keys_, args
-        return keys_ + self.store.target.waiting_keys, [*args, WAITING_MS]
+        target = self.store.target
+        if len(target.names) == 1:  # woken: may take the lock its release handed over
+            return target.waiter_keys, [*args, WAITING_MS, self.woken]
+        # Several names: a wake-up consumed for one name is passed on when this attempt
+        # fails on another one (the script pushes it again if that name is free).
+        return target.waiter_keys, [*args, WAITING_MS, self.woken, WAKE_TTL_MS]
 
     def before_attempt(self) -> None:
         """Note the release count of each key, so a release during the attempt is not missed."""
-        if not self.blocks:
+        if self.backs_off:
             self.generations = [wakeups.generation(k) for k in self.held_keys]
 
     def _remaining(self) -> float | None:
@@ -183,11 +190,12 @@ class Waiter:
                           self.generations[i] if self.generations else 0)
             return True
         key = self._wake_key(attempt)
+        self.woken = 0
         try:
             client = _blocking_client(self.store.clients()[0], key)
             bound = self._bound(attempt, remaining, _cap(client))
-            if bound >= 0.001:
-                client.blpop([key], timeout=bound)
+            if bound >= 0.001 and client.blpop([key], timeout=bound) is not None:
+                self.woken = i + 1
         except redis.RedisError:  # never fail while waiting: the next attempt will tell
             time.sleep(self._pause(attempt, remaining))
         return True
@@ -202,11 +210,12 @@ class Waiter:
             await asyncio.sleep(self._pause(attempt, remaining))
             return True
         key = self._wake_key(attempt)
+        self.woken = 0
         try:
             blocking = _async_blocking_client(client)
             bound = self._bound(attempt, remaining, _cap(blocking))
-            if bound >= 0.001:
-                await blocking.blpop([key], timeout=bound)
+            if bound >= 0.001 and await blocking.blpop([key], timeout=bound) is not None:
+                self.woken = max(0, attempt.conflict - 1) + 1
         except redis.RedisError:
             await asyncio.sleep(self._pause(attempt, remaining))
         return True

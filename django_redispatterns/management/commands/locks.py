@@ -60,7 +60,7 @@ class Command(RedisCommand):
                 pipe.pttl(key)
             replies = pipe.execute()
             for key, value, pttl in zip(found, replies[::2], replies[1::2], strict=True):
-                if value is not None:
+                if value is not None and value != b"~":  # "~": being handed to a waiter
                     rows.append(self._row(conn, key, value, pttl))
         if not rows:
             self.stdout.write("no locks held")
