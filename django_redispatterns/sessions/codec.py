@@ -2,7 +2,8 @@
 
 TimestampSigner, HMAC-SHA256, ``SECRET_KEY_FALLBACKS`` honoured. Data written by either side
 reads on the other (tests/test_sessions.py checks both ways). What it saves over Django's
-``signing`` module on every request: the HMAC keys are derived once per (salt, secrets), the
+``signing`` module on every request: the HMAC keys are derived once per (salt, secrets) and
+their keyed SHA-256 states prepared once (each signature copies them), the
 signature is checked on the raw bytes Redis returned (no text round trip, no ``Signer``
 object), the timestamp is encoded once per second, and zlib is tried only when it can pay
 off. A value whose signature does not match is still rejected (``BadSignature``).
@@ -28,19 +29,48 @@ COMPRESS_MIN_BYTES = 200
 
 @functools.lru_cache(maxsize=32)
 def _hmac_keys(salt: str, secret: str | bytes, fallbacks: tuple[str | bytes, ...]
-               ) -> tuple[bytes, ...]:
+               ) -> tuple[_Hmac, ...]:
     # django.utils.crypto.salted_hmac(key_salt=salt + "signer", secret=...), for SECRET_KEY
     # then each fallback.
     salted = (salt + "signer").encode()
-    return tuple(hashlib.sha256(salted + (s.encode() if isinstance(s, str) else s)).digest()
+    return tuple(_Hmac(hashlib.sha256(salted + (s.encode() if isinstance(s, str) else s)).digest())
                  for s in (secret, *fallbacks))
 
 
+class _Hmac:
+    """HMAC-SHA256 under one key (RFC 2104), its keyed inner and outer states hashed once.
+
+    Each signature copies the two prepared SHA-256 states instead of keying a new HMAC:
+    the same bytes as ``hmac.digest(key, value, "sha256")`` (tests/test_sessions.py checks
+    it against Django's ``signing``) at well under half the cost per call.
+    """
+
+    __slots__ = ("inner", "outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > _BLOCK:
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        self.inner = hashlib.sha256(key.translate(_IPAD))
+        self.outer = hashlib.sha256(key.translate(_OPAD))
+
+    def b64_signature(self, value: bytes) -> bytes:
+        inner = self.inner.copy()
+        inner.update(value)
+        outer = self.outer.copy()
+        outer.update(inner.digest())
+        return _b64(outer.digest())
+
+
+_BLOCK = 64  # SHA-256's block size
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
 # salt -> HMAC keys for the current SECRET_KEY and fallbacks; cleared when they change.
-_current_keys: dict[str, tuple[bytes, ...]] = {}
+_current_keys: dict[str, tuple[_Hmac, ...]] = {}
 
 
-def _keys(salt: str) -> tuple[bytes, ...]:
+def _keys(salt: str) -> tuple[_Hmac, ...]:
     keys = _current_keys.get(salt)
     if keys is None:
         fallbacks: Sequence[str | bytes] = settings.SECRET_KEY_FALLBACKS
@@ -63,10 +93,6 @@ def _b64(data: bytes) -> bytes:
     return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_TO_URLSAFE)
 
 
-def _sign(key: bytes, value: bytes) -> bytes:
-    return _b64(hmac.digest(key, value, "sha256"))
-
-
 @functools.lru_cache(maxsize=2)
 def _timestamp(second: int) -> bytes:
     return signing.b62_encode(second).encode()
@@ -80,7 +106,7 @@ def sign_session(data: bytes, salt: str) -> str:
         if len(compressed) < len(data) - 1:
             data, prefix = compressed, b"."
     value = b"%s%s:%s" % (prefix, _b64(data), _timestamp(int(time.time())))
-    return (value + b":" + _sign(_keys(salt)[0], value)).decode()
+    return (value + b":" + _keys(salt)[0].b64_signature(value)).decode()
 
 
 def unsign_session(signed: bytes | str, salt: str) -> bytes:
@@ -94,7 +120,7 @@ def unsign_session(signed: bytes | str, salt: str) -> bytes:
     if not value:
         raise signing.BadSignature("no signature")
     for key in _keys(salt):
-        if hmac.compare_digest(sig, _sign(key, value)):
+        if hmac.compare_digest(sig, key.b64_signature(value)):
             break
     else:
         raise signing.BadSignature("signature does not match")
