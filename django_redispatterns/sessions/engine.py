@@ -3,8 +3,9 @@
 ``load()`` finds the data from the cookie alone (one ``HGET``), and ``save()`` updates the
 data and the user's index in one Lua call on one Cluster slot (see :mod:`.keyspace` for the
 layout). A session whose user changes gets a new key (with the new user's tag) when it is
-saved. Every Redis-touching method is written once as a generator of Redis steps
-(:mod:`.runner`).
+saved. ``load()`` and ``save()`` call the client themselves (the hot path: no step machinery,
+their sync and async twins share everything but that call); every other Redis-touching
+method is written once as a generator of Redis steps (:mod:`.runner`).
 """
 
 from __future__ import annotations
