@@ -2,7 +2,8 @@
 
 The save sends ``session_save`` only the arguments that apply (activity fields only when
 activity is recorded, a create id only on a create); signatures come from prepared HMAC
-states, byte for byte the standard HMAC; a save that failed is never taken for done.
+states, byte for byte the standard HMAC; Django's JSON serializer is run without its
+per-call wrappers, with the same results; a save that failed is never taken for done.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import pytest
 import redis
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
+from django.core import signing
 from django.test import override_settings
 
 from django_redispatterns.scripts import LuaScript
 from django_redispatterns.sessions import SessionStore, SessionStoreUnavailable, session_handle
 from django_redispatterns.sessions.activity import current_activity
-from django_redispatterns.sessions.codec import _Hmac
+from django_redispatterns.sessions.codec import _Hmac, deserialize, serialize
 from tests.redis_servers import KEY_PREFIX, RedisServer
 
 pytestmark = pytest.mark.usefixtures("redis_client")
@@ -111,3 +113,43 @@ def test_a_save_that_failed_is_sent_again(own_server: RedisServer) -> None:
     store.save()  # the same state: written now
     assert SessionStore(key).load()["cart"] == [1]
     assert admin.pttl(data_key(key)) > 0
+
+
+class CountingSerializer(signing.JSONSerializer):
+    calls = 0
+
+    def loads(self, data: bytes) -> Any:
+        CountingSerializer.calls += 1
+        return super().loads(data)
+
+
+@pytest.mark.parametrize("data", [b'{"a":[1,"\\u00e9"],"b":null}', b"{}", b' {"a":1} ',
+                                  b'{"a":1}\n', b'{"a":1}x', b"", b"[1]", b"\xff", b'"x'])
+def test_the_json_shortcut_decodes_like_djangos_serializer(data: bytes) -> None:
+    try:
+        expected: Any = signing.JSONSerializer().loads(data)
+    except ValueError as exc:
+        expected = type(exc)
+    try:
+        got: Any = deserialize(signing.JSONSerializer, data)
+    except ValueError as exc:
+        got = type(exc)
+    assert got == expected
+
+
+def test_the_json_shortcut_encodes_like_djangos_serializer() -> None:
+    value = {"a": [1, 2.5, "é", None, True], "b": {"c": "x" * 300}}
+    assert serialize(signing.JSONSerializer, value) == signing.JSONSerializer().dumps(value)
+
+
+def test_another_serializer_is_used_as_configured() -> None:
+    """A subclass (or any other serializer) goes through its own methods."""
+    before = CountingSerializer.calls
+    assert deserialize(CountingSerializer, b'{"a":1}') == {"a": 1}
+    with override_settings(SESSION_SERIALIZER="tests.test_sessions_wire.CountingSerializer"):
+        store = SessionStore()
+        store["a"] = 2
+        store.save()
+        assert SessionStore(store.session_key).load() == {"a": 2}
+        store.delete()
+    assert CountingSerializer.calls == before + 2

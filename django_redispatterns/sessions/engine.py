@@ -29,7 +29,7 @@ from django.utils.crypto import get_random_string
 from .. import scripts
 from ..conf import get_config
 from .activity import SessionActivity
-from .codec import sign_session, unsign_session
+from .codec import deserialize, serialize, sign_session, unsign_session
 from .keyspace import (
     UNAVAILABLE,
     SessionStoreUnavailable,
@@ -154,7 +154,7 @@ class SessionStore(SessionActivity, SessionBase):
         return session
 
     def encode(self, session_dict: dict[str, Any]) -> str:
-        return sign_session(self.serializer().dumps(session_dict), self.key_salt)
+        return sign_session(serialize(self.serializer, session_dict), self.key_salt)
 
     def decode(self, session_data: bytes | str) -> dict[str, Any]:
         session = self._decode_or_none(session_data)
@@ -163,7 +163,7 @@ class SessionStore(SessionActivity, SessionBase):
     def _decode_or_none(self, raw: bytes | str) -> dict[str, Any] | None:
         """Like ``decode()``, but tells corrupt data (None, logged) from an empty session."""
         try:
-            session = self.serializer().loads(unsign_session(raw, self.key_salt))
+            session = deserialize(self.serializer, unsign_session(raw, self.key_salt))
         except signing.BadSignature:
             security_logger.warning("Session data corrupted")
             return None
@@ -260,7 +260,7 @@ class SessionStore(SessionActivity, SessionBase):
         SessionActivityMiddleware)."""
         key = self.session_key
         assert key is not None
-        serialized: bytes = self.serializer().dumps(data)
+        serialized = serialize(self.serializer, data)
         ttl_ms = int(self.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
         if not must_create and self._saved_state == (key, serialized, ttl_ms // 1000):
             return None
