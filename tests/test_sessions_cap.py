@@ -125,8 +125,8 @@ def test_user_sessions_never_returns_more_than_the_cap_for_an_older_index(
     save = scripts.script("session_save")
     calls: list[scripts.Call] = [
         (save, [f"{KEY_PREFIX}:sess:{{{tag}}}:s:{n:032x}", f"{KEY_PREFIX}:sess:{{{tag}}}:u"],
-         ["c", encoded, 600_000 + n * 1000, f"{n:032x}", "1", f"n{n}", "0", "", ""])
-        for n in range(244)  # no cap argument: as written by a version without it
+         ["c1", encoded, 600_000 + n * 1000, 0, f"n{n}"])
+        for n in range(244)  # no cap: as written by a version without one, or before it was set
     ]
     assert scripts.run_many(redis_client, calls) == [1] * 244
     with override_settings(REDIS_PATTERNS=_config(10)):

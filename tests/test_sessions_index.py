@@ -274,7 +274,7 @@ def test_ten_thousand_sessions_are_revoked_in_batches(own_redis: redis.Redis) ->
     for start in range(0, len(sids), 1000):
         calls: list[scripts.Call] = [
             (save, [f"{KEY_PREFIX}:sess:{{{tag}}}:s:{sid}", f"{KEY_PREFIX}:sess:{{{tag}}}:u"],
-             ["c", encoded, 600_000, sid, "1", f"n{sid}", "0", "", ""])
+             ["c1", encoded, 600_000, 0, f"n{sid}"])
             for sid in sids[start:start + 1000]
         ]
         assert scripts.run_many(own_redis, calls) == [1] * 1000

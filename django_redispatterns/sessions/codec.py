@@ -2,7 +2,8 @@
 
 TimestampSigner, HMAC-SHA256, ``SECRET_KEY_FALLBACKS`` honoured. Data written by either side
 reads on the other (tests/test_sessions.py checks both ways). What it saves over Django's
-``signing`` module on every request: the HMAC keys are derived once per (salt, secrets), the
+``signing`` module on every request: the HMAC keys are derived once per (salt, secrets) and
+their keyed SHA-256 states prepared once (each signature copies them), the
 signature is checked on the raw bytes Redis returned (no text round trip, no ``Signer``
 object), the timestamp is encoded once per second, and zlib is tried only when it can pay
 off. A value whose signature does not match is still rejected (``BadSignature``).
@@ -14,9 +15,11 @@ import binascii
 import functools
 import hashlib
 import hmac
+import json
 import time
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from django.conf import settings
 from django.core import signing
@@ -28,19 +31,48 @@ COMPRESS_MIN_BYTES = 200
 
 @functools.lru_cache(maxsize=32)
 def _hmac_keys(salt: str, secret: str | bytes, fallbacks: tuple[str | bytes, ...]
-               ) -> tuple[bytes, ...]:
+               ) -> tuple[_Hmac, ...]:
     # django.utils.crypto.salted_hmac(key_salt=salt + "signer", secret=...), for SECRET_KEY
     # then each fallback.
     salted = (salt + "signer").encode()
-    return tuple(hashlib.sha256(salted + (s.encode() if isinstance(s, str) else s)).digest()
+    return tuple(_Hmac(hashlib.sha256(salted + (s.encode() if isinstance(s, str) else s)).digest())
                  for s in (secret, *fallbacks))
 
 
+class _Hmac:
+    """HMAC-SHA256 under one key (RFC 2104), its keyed inner and outer states hashed once.
+
+    Each signature copies the two prepared SHA-256 states instead of keying a new HMAC:
+    the same bytes as ``hmac.digest(key, value, "sha256")`` (tests/test_sessions.py checks
+    it against Django's ``signing``) at well under half the cost per call.
+    """
+
+    __slots__ = ("inner", "outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > _BLOCK:
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        self.inner = hashlib.sha256(key.translate(_IPAD))
+        self.outer = hashlib.sha256(key.translate(_OPAD))
+
+    def b64_signature(self, value: bytes) -> bytes:
+        inner = self.inner.copy()
+        inner.update(value)
+        outer = self.outer.copy()
+        outer.update(inner.digest())
+        return _b64(outer.digest())
+
+
+_BLOCK = 64  # SHA-256's block size
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
 # salt -> HMAC keys for the current SECRET_KEY and fallbacks; cleared when they change.
-_current_keys: dict[str, tuple[bytes, ...]] = {}
+_current_keys: dict[str, tuple[_Hmac, ...]] = {}
 
 
-def _keys(salt: str) -> tuple[bytes, ...]:
+def _keys(salt: str) -> tuple[_Hmac, ...]:
     keys = _current_keys.get(salt)
     if keys is None:
         fallbacks: Sequence[str | bytes] = settings.SECRET_KEY_FALLBACKS
@@ -63,10 +95,6 @@ def _b64(data: bytes) -> bytes:
     return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_TO_URLSAFE)
 
 
-def _sign(key: bytes, value: bytes) -> bytes:
-    return _b64(hmac.digest(key, value, "sha256"))
-
-
 @functools.lru_cache(maxsize=2)
 def _timestamp(second: int) -> bytes:
     return signing.b62_encode(second).encode()
@@ -80,7 +108,7 @@ def sign_session(data: bytes, salt: str) -> str:
         if len(compressed) < len(data) - 1:
             data, prefix = compressed, b"."
     value = b"%s%s:%s" % (prefix, _b64(data), _timestamp(int(time.time())))
-    return (value + b":" + _sign(_keys(salt)[0], value)).decode()
+    return (value + b":" + _keys(salt)[0].b64_signature(value)).decode()
 
 
 def unsign_session(signed: bytes | str, salt: str) -> bytes:
@@ -94,7 +122,7 @@ def unsign_session(signed: bytes | str, salt: str) -> bytes:
     if not value:
         raise signing.BadSignature("no signature")
     for key in _keys(salt):
-        if hmac.compare_digest(sig, _sign(key, value)):
+        if hmac.compare_digest(sig, key.b64_signature(value)):
             break
     else:
         raise signing.BadSignature("signature does not match")
@@ -106,3 +134,35 @@ def unsign_session(signed: bytes | str, salt: str) -> bytes:
 
 def _b64decode(data: bytes) -> bytes:
     return binascii.a2b_base64(data.translate(_FROM_URLSAFE) + b"=" * (-len(data) % 4))
+
+
+# Django's JSONSerializer (signing's, which sessions' is): ``json.dumps(obj,
+# separators=(",", ":")).encode("latin-1")`` and ``json.loads(data.decode("latin-1"))``.
+# json.dumps builds a new encoder on every call with those separators, and json.loads wraps
+# the decoder in whitespace checks; for that exact class the same encoder is kept, and the
+# text is decoded at once when it has no surrounding whitespace (which both write never
+# add). Anything else, other serializers and their subclasses, goes through the serializer.
+_JSON_SERIALIZER = signing.JSONSerializer
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+_decode_json = json.JSONDecoder().raw_decode
+
+
+def serialize(serializer: type, data: Any) -> bytes:
+    """``serializer().dumps(data)``, faster for Django's ``JSONSerializer`` (same bytes)."""
+    if serializer is _JSON_SERIALIZER:
+        return _encode_json(data).encode("latin-1")
+    return serializer().dumps(data)
+
+
+def deserialize(serializer: type, data: bytes) -> Any:
+    """``serializer().loads(data)``, faster for Django's ``JSONSerializer`` (same result)."""
+    if serializer is _JSON_SERIALIZER:
+        text = data.decode("latin-1")
+        try:
+            value, end = _decode_json(text)
+        except ValueError:
+            pass  # e.g. leading whitespace: the serializer decides (and raises)
+        else:
+            if end == len(text):
+                return value
+    return serializer().loads(data)

@@ -3,8 +3,9 @@
 ``load()`` finds the data from the cookie alone (one ``HGET``), and ``save()`` updates the
 data and the user's index in one Lua call on one Cluster slot (see :mod:`.keyspace` for the
 layout). A session whose user changes gets a new key (with the new user's tag) when it is
-saved. Every Redis-touching method is written once as a generator of Redis steps
-(:mod:`.runner`).
+saved. ``load()`` and ``save()`` call the client themselves (the hot path: no step machinery,
+their sync and async twins share everything but that call); every other Redis-touching
+method is written once as a generator of Redis steps (:mod:`.runner`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from django.contrib.auth import SESSION_KEY
@@ -28,11 +28,12 @@ from django.utils.crypto import get_random_string
 
 from .. import scripts
 from ..conf import get_config
-from .activity import current_activity
-from .codec import sign_session, unsign_session
+from .activity import SessionActivity
+from .codec import deserialize, serialize, sign_session, unsign_session
 from .keyspace import (
     UNAVAILABLE,
     SessionStoreUnavailable,
+    aclient,
     client,
     is_ours,
     keys_of,
@@ -43,8 +44,19 @@ from .runner import Steps, arun, run
 logger = logging.getLogger("django_redispatterns.sessions")
 security_logger = logging.getLogger("django.security.SuspiciousSession")
 
+# What the last successful save wrote: (session key, serialized data, TTL in seconds).
+_State = tuple[str | None, bytes, int]
 
-class SessionStore(SessionBase):
+
+class _Move(NamedTuple):
+    """A save that re-keys the session under its (new) user's tag (``_move_steps``)."""
+
+    serialized: bytes
+    ttl_ms: int
+    user_id: str
+
+
+class SessionStore(SessionActivity, SessionBase):
     """Django session engine on Redis, with a per-user index and no resurrection.
 
     Guarantees beyond Django's contract: ``load()`` and ``save()`` are one round trip each;
@@ -56,20 +68,13 @@ class SessionStore(SessionBase):
 
     def __init__(self, session_key: str | None = None) -> None:
         super().__init__(session_key)
-        self._activity_ms: int | None = None
+        self._activity_ms = None
         self.activity_recorded = False
+        self.pending_activity = None
         self.backend_error: BaseException | None = None
-        # (ip, user agent) set by SessionActivityMiddleware when it runs inside
-        # SessionMiddleware; outside it, the ``current_activity`` context variable says it.
-        self.pending_activity: tuple[str, str] | None = None
-        self._saved_state: tuple[str | None, bytes, int] | None = None
+        self._saved_state: _State | None = None
 
     # -- keys ------------------------------------------------------------------------
-
-    def _cached_user_id(self) -> str | None:
-        data = getattr(self, "_session_cache", None) or {}
-        user_id = data.get(SESSION_KEY)
-        return str(user_id) if user_id not in (None, "") else None
 
     def _unavailable(self, exc: BaseException, *, action: str) -> SessionStoreUnavailable:
         self.backend_error = exc
@@ -89,27 +94,48 @@ class SessionStore(SessionBase):
 
     # -- SessionBase contract ----------------------------------------------------------
 
+    # load() and save() are one Redis command each and call the client directly; the other
+    # operations (and a save that moves a session to another user) run as steps (.runner).
+
     def load(self) -> dict[str, Any]:
-        return self._run(self._load_steps(), "load")
+        if (hash_key := self._load_target()) is None:
+            return {}
+        try:
+            if self._activity() is None:  # without the activity middleware: the data only
+                return self._loaded(client().hget(hash_key, "d"), None)
+            return self._loaded(*client().hmget(hash_key, ["d", "a"]))
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, action="load") from exc
+        except redis.exceptions.ResponseError:
+            return self._not_a_session(hash_key)
 
     async def aload(self) -> dict[str, Any]:
-        return await self._arun(self._load_steps(), "load")
+        if (hash_key := self._load_target()) is None:
+            return {}
+        try:
+            if self._activity() is None:
+                return self._loaded(await aclient().hget(hash_key, "d"), None)
+            return self._loaded(*await aclient().hmget(hash_key, ["d", "a"]))
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, action="load") from exc
+        except redis.exceptions.ResponseError:
+            return self._not_a_session(hash_key)
 
-    def _load_steps(self) -> Steps:
+    def _load_target(self) -> str | None:
+        """The data key to read, or None: not a key of ours (then forgotten)."""
         key = self.session_key
         if not is_ours(key):
             self._session_key = None
-            return {}
+            return None
         assert key is not None
-        hash_key, _, sid = keys_of(key)
-        try:
-            if self._activity() is None:  # no activity middleware: the data only
-                raw, activity = (yield ("hget", hash_key, "d")), None
-            else:
-                raw, activity = yield ("hmget", hash_key, ["d", "a"])
-        except redis.exceptions.ResponseError:
-            security_logger.warning("Session data corrupted (not a session hash): %s", sid[:12])
-            raw = None
+        return keys_of(key)[0]
+
+    def _not_a_session(self, hash_key: str) -> dict[str, Any]:
+        security_logger.warning("Session data corrupted (not a session hash): %s",
+                                hash_key.rpartition(":")[2][:12])
+        return self._loaded(None, None)
+
+    def _loaded(self, raw: bytes | None, activity: bytes | None) -> dict[str, Any]:
         if raw is None:
             self._session_key = None
             return {}
@@ -120,13 +146,15 @@ class SessionStore(SessionBase):
             return {}
         self._activity_ms = int(activity) if activity is not None else None
         user_id = session.get(SESSION_KEY)
+        key = self.session_key
+        assert key is not None
         if user_id is not None and user_tag(str(user_id)) != key[:32]:
             # Indexed under another tag (e.g. SECRET_KEY rotated): move it on the next save.
             self.modified = True
-        return dict(session)
+        return session
 
     def encode(self, session_dict: dict[str, Any]) -> str:
-        return sign_session(self.serializer().dumps(session_dict), self.key_salt)
+        return sign_session(serialize(self.serializer, session_dict), self.key_salt)
 
     def decode(self, session_data: bytes | str) -> dict[str, Any]:
         session = self._decode_or_none(session_data)
@@ -135,7 +163,7 @@ class SessionStore(SessionBase):
     def _decode_or_none(self, raw: bytes | str) -> dict[str, Any] | None:
         """Like ``decode()``, but tells corrupt data (None, logged) from an empty session."""
         try:
-            session = self.serializer().loads(unsign_session(raw, self.key_salt))
+            session = deserialize(self.serializer, unsign_session(raw, self.key_salt))
         except signing.BadSignature:
             security_logger.warning("Session data corrupted")
             return None
@@ -197,49 +225,75 @@ class SessionStore(SessionBase):
         if self.session_key is None or (not must_create and not is_ours(self.session_key)):
             return self.create()
         data = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
-        self._run(self._save_steps(data, must_create), "save")
+        call = self._save_call(data, must_create)
+        if call is None:
+            return
+        if isinstance(call, _Move):
+            self._run(self._move_steps(*call), "save")
+            return
+        try:
+            saved = scripts.script("session_save")(client(), call[0], call[1])
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, action="save") from exc
+        self._saved(saved, must_create, call[2])
 
     async def asave(self, must_create: bool = False) -> None:
         if self.session_key is None or (not must_create and not is_ours(self.session_key)):
             return await self.acreate()
         data = await self._aget_session(no_load=must_create)  # type: ignore[attr-defined]
-        await self._arun(self._save_steps(data, must_create), "save")
+        call = self._save_call(data, must_create)
+        if call is None:
+            return
+        if isinstance(call, _Move):
+            await self._arun(self._move_steps(*call), "save")
+            return
+        try:
+            saved = await scripts.script("session_save").acall(aclient(), call[0], call[1])
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc, action="save") from exc
+        self._saved(saved, must_create, call[2])
 
-    def _save_steps(self, data: dict[str, Any], must_create: bool) -> Steps:
+    def _save_call(self, data: dict[str, Any], must_create: bool
+                   ) -> tuple[list[str], list[str | int], _State] | _Move | None:
+        """(keys, args, saved state) of the one ``session_save`` call, a move to another
+        user's tag, or None when this very state was saved moments ago (by
+        SessionActivityMiddleware)."""
         key = self.session_key
         assert key is not None
-        serialized: bytes = self.serializer().dumps(data)
+        serialized = serialize(self.serializer, data)
         ttl_ms = int(self.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
         if not must_create and self._saved_state == (key, serialized, ttl_ms // 1000):
-            return  # this very state was saved moments ago (by SessionActivityMiddleware)
+            return None
         user_id = data.get(SESSION_KEY)
         user_id = str(user_id) if user_id not in (None, "") else None
         if user_id is not None and user_tag(user_id) != key[:32]:
             if not must_create:
-                yield from self._move_steps(serialized, ttl_ms, user_id)
-                self._saved_state = (self.session_key, serialized, ttl_ms // 1000)
-                return
+                return _Move(serialized, ttl_ms, user_id)
             self._session_key = key = self._get_new_session_key()
-        hash_key, index, sid = keys_of(key)
-        args = self._save_args(serialized, ttl_ms, sid, user_id, create=must_create)
-        if not (yield ("script", "session_save", [hash_key, index], args)):
-            raise CreateError if must_create else UpdateError
-        self._saved_state = (key, serialized, ttl_ms // 1000)
+        hash_key, index, _ = keys_of(key)
+        return ([hash_key, index], self._save_args(serialized, ttl_ms, user_id, create=must_create),
+                (key, serialized, ttl_ms // 1000))
 
-    def _save_args(self, serialized: bytes, ttl_ms: int, sid: str, user_id: str | None, *,
+    def _saved(self, saved: Any, must_create: bool, state: _State) -> None:
+        if not saved:
+            raise CreateError if must_create else UpdateError
+        self._saved_state = state
+
+    def _save_args(self, serialized: bytes, ttl_ms: int, user_id: str | None, *,
                    create: bool) -> list[str | int]:
+        """``session_save``'s arguments (see its header): only those that apply are sent."""
         activity = self._activity_due(self._activity(), new=create)
+        flags = ("c" if create else "u") + ("1" if user_id is not None else "0")
         args: list[str | int] = [
-            "c" if create else "u", sign_session(serialized, self.key_salt), ttl_ms, sid,
-            "1" if user_id is not None else "0",
-            secrets.token_hex(8) if create else "",
+            flags if activity is None else flags + "a",
+            sign_session(serialized, self.key_salt), ttl_ms,
+            int(get_config().feature("SESSIONS")["MAX_PER_USER"]),
         ]
+        if create:
+            args.append(secrets.token_hex(8))
         if activity is not None:
-            args += ["1", activity[0], activity[1]]
+            args += activity
             self.activity_recorded = True
-        else:
-            args += ["0", "", ""]
-        args.append(int(get_config().feature("SESSIONS")["MAX_PER_USER"]))
         return args
 
     def _move_steps(self, serialized: bytes, ttl_ms: int, user_id: str) -> Steps:
@@ -256,7 +310,7 @@ class SessionStore(SessionBase):
         moved, created = yield ("many", [
             ("session_delete", [old_data, old_index], [old_sid, secrets.token_hex(8)]),
             ("session_save", [new_data, new_index],
-             self._save_args(serialized, ttl_ms, new_sid, user_id, create=True)),
+             self._save_args(serialized, ttl_ms, user_id, create=True)),
         ])
         for result in (moved, created):
             if isinstance(result, Exception):
@@ -268,6 +322,7 @@ class SessionStore(SessionBase):
             yield from self._move_steps(serialized, ttl_ms, user_id)
             return
         self._session_key = new_key
+        self._saved_state = (new_key, serialized, ttl_ms // 1000)
 
     def delete(self, session_key: str | None = None) -> None:
         self._run(self._delete_steps(session_key), "delete")
@@ -309,42 +364,3 @@ class SessionStore(SessionBase):
     @classmethod
     async def aclear_expired(cls) -> None:
         """Nothing to do (see :meth:`clear_expired`)."""
-
-    # -- activity ----------------------------------------------------------------------
-
-    def _activity(self) -> tuple[str, str] | None:
-        if self.pending_activity is not None:
-            return self.pending_activity
-        return current_activity.get()
-
-    def _activity_due(self, activity: tuple[str, str] | None, *,
-                      new: bool) -> tuple[str, str] | None:
-        if activity is None or self.activity_recorded or self._cached_user_id() is None:
-            return None
-        if new or self._activity_ms is None:
-            return activity
-        interval = float(get_config().feature("SESSIONS")["ACTIVITY_INTERVAL"]) * 1000
-        return activity if time.time() * 1000 - self._activity_ms >= interval else None
-
-    def record_activity(self, activity: tuple[str, str]) -> bool:
-        """Write last activity, IP and user agent of a signed-in session if due.
-
-        Called by :class:`~django_redispatterns.middleware.SessionActivityMiddleware` after
-        the response, at most once per ``ACTIVITY_INTERVAL`` (and not at all when this
-        request's save already wrote them). Never recreates a deleted session; a Redis
-        error is logged, not raised. Returns True when written.
-        """
-        key = self.session_key
-        if not is_ours(key) or getattr(self, "_session_cache", None) is None:
-            return False
-        due = self._activity_due(activity, new=False)
-        if due is None:
-            return False
-        assert key is not None
-        try:
-            done = scripts.script("session_touch")(client(), [keys_of(key)[0]], list(due))
-        except UNAVAILABLE as exc:
-            logger.warning("session activity not recorded: %s", exc)
-            return False
-        self.activity_recorded = True
-        return bool(done)

@@ -2,9 +2,10 @@
 
 Each Redis-touching method of the engine is a generator that yields Redis operations and
 receives their results; :func:`run` executes them on the sync client and :func:`arun` on the
-asyncio one, so both APIs share every decision. An operation is ``("hget", key, field)``,
-``("hmget", key, fields)``, ``("hexists", key, field)``, ``("script", name, keys, args)`` or
-``("many", [(name, keys, args), ...])`` (one pipeline).
+asyncio one, so both APIs share every decision. An operation is a client method with a key
+and one more argument, such as ``("hexists", key, field)``, or ``("script", name, keys,
+args)`` or ``("many", [(name, keys, args), ...])`` (one pipeline). ``load()`` and ``save()``,
+one command each, call the client directly instead.
 """
 
 from __future__ import annotations
