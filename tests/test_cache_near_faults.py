@@ -24,6 +24,7 @@ import pytest
 from django_redispatterns.cache.nearlisten import SILENT_LIMIT
 from tests import near_fault_workers as workers
 from tests.redis_servers import RedisServer
+from tests.test_cache_support import make_cache
 from tests.topologies import wait_for
 
 MARGIN = 1.5  # seconds on top of the bound, for a loaded 2-core machine
@@ -184,3 +185,21 @@ def test_an_event_loop_per_aget_leaves_no_connections_behind(
     assert reader.call("aget_loops", "k", 30) == 30
     after = len(server.client().client_list())
     assert after <= before + 1, f"{before} connections before 30 event loops, {after} after"
+
+
+# --- the bookkeeping stays bounded ------------------------------------------------------
+
+def test_keys_noted_per_fill_connection_stay_bounded(server: RedisServer) -> None:
+    """A long-lived fill connection reads many keys: it remembers about as many as the
+    local cache can hold, not every key it ever read."""
+    cache = make_cache(server.url)
+    near = make_cache(server.url, NEAR_CACHE={"MAX_ENTRIES": 5})
+    try:
+        for i in range(40):
+            cache.set(f"k{i}", i)
+            assert near.get(f"k{i}") == i
+        conns = list(near._near.fills._conns)
+        assert conns and all(len(c.rp_keys) <= 2 * 5 + 1 for c in conns), [
+            len(c.rp_keys) for c in conns]
+    finally:
+        near._near.stop()
