@@ -11,7 +11,9 @@ So every fill connection remembers the keys filled through it since it connected
   hooks), and
 * when an idle pooled connection is found closed by the server: the channel's thread
   calls :meth:`FillKeys.sweep` after each PING answer, which polls the sockets of the
-  idle fill connections (readable while idle means the server closed it).
+  idle fill connections (readable while idle means the server closed it), and
+* at that sweep too for a connection garbage-collected without a close (its socket
+  closes with it; the whole store is emptied, as that may run under the store's lock).
 
 A key is noted *before* its fill is sent, so a close during the fill refuses the value.
 """
@@ -31,9 +33,10 @@ class FillKeys:
 
     def __init__(self, store: LocalStore) -> None:
         self._store = store
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a close may come from inside a locked section
         self._conns: weakref.WeakSet[Any] = weakref.WeakSet()
         self.dropped_conns = 0  # connections whose keys were dropped (for tests and logs)
+        self.orphaned = False  # a connection holding keys was garbage-collected
 
     def note(self, conn: Any, nkey: str) -> None:
         """``nkey`` is about to be filled through ``conn`` (checked out by the caller)."""
@@ -61,6 +64,9 @@ class FillKeys:
     def sweep(self) -> None:
         """Drop the keys of every idle fill connection the server has closed. Safe against
         a fill racing it: at worst a live connection's keys are dropped (extra misses)."""
+        if self.orphaned:  # its keys are unknown now: drop everything
+            self.orphaned = False
+            self._store.clear()
         with self._lock:
             candidates = [c for c in self._conns if c.rp_keys and not c.rp_busy]
         socks = {}

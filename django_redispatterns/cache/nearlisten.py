@@ -61,15 +61,24 @@ def tracked_class(base: type) -> type:
     close, not on the connect: redis-py 6+ ``connect()`` no longer calls ``on_connect()``."""
 
     def disconnect(self: Any, *args: Any, **kwargs: Any) -> None:
-        fills = self.rp_fills
-        if fills is not None:
-            fills.dropped(self)
+        if self.rp_keys is not None:
+            self.rp_fills.dropped(self)
         self.rp_epoch = None
         base.disconnect(self, *args, **kwargs)  # type: ignore[attr-defined]
 
+    def __del__(self: Any) -> None:
+        # Garbage collection may run while this thread holds the store's lock: take no
+        # lock here, let the channel's thread empty the store at its next sweep.
+        if self.rp_keys:
+            self.rp_keys = None
+            self.rp_fills.orphaned = True
+        base_del = getattr(base, "__del__", None)
+        if base_del is not None:
+            base_del(self)
+
     return type(f"NearTracked{base.__name__}", (base,),
-                {"disconnect": disconnect, "rp_epoch": None, "rp_keys": None,
-                 "rp_fills": None, "rp_busy": False})
+                {"disconnect": disconnect, "__del__": __del__, "rp_epoch": None,
+                 "rp_keys": None, "rp_fills": None, "rp_busy": False})
 
 
 class Listener:
