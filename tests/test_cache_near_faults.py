@@ -203,3 +203,29 @@ def test_keys_noted_per_fill_connection_stay_bounded(server: RedisServer) -> Non
             len(c.rp_keys) for c in conns]
     finally:
         near._near.stop()
+
+
+def test_a_fill_connection_collected_without_a_close_empties_the_local_cache(
+        server: RedisServer) -> None:
+    """Its socket closes with it (Redis forgets what it tracked); the collector may run
+    anywhere, so the channel's thread empties the local cache at its next sweep."""
+    import gc
+
+    near = make_cache(server.url, NEAR_CACHE={})
+    try:
+        assert near._near._start().wait_ready(10)
+        make_cache(server.url).set("k", 1)
+        assert near.get("k") == 1
+        nkey = str(near.client.make_key("k"))
+        assert near._near.lookup(nkey) is not None
+        pool = near._near._pool
+        with pool._lock:  # the pool forgets it without closing it (as a reset does)
+            conns, pool._available_connections = pool._available_connections, []
+        del conns
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while near._near.lookup(nkey) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert near._near.lookup(nkey) is None
+    finally:
+        near._near.stop()
