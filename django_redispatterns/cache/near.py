@@ -12,6 +12,12 @@ never outlives the key in Redis. The value is stored (:mod:`.nearstore`) only wh
 * it is not a ``get_or_set`` value already past its soft expiry (its deadline is capped
   at the soft expiry as well, so a stale value is never served from memory).
 
+Redis forgets what a connection tracked once it closes, so every local entry is tied to
+the fill connection that read it and dropped when that connection closes or is found
+closed (:mod:`.nearfills`). ``aget`` fills through the same synchronous pool, in a worker
+thread: no per-event-loop pools, so event loops that come and go (``asyncio.run`` per
+call, ``async_to_sync``) leave no connections behind.
+
 Single-server, Sentinel and Redis Cluster locations with django-redis's ``DefaultClient``
 are supported (the near cache's own connections speak RESP2). On Cluster each primary has
 its own channel and fill pool (:mod:`.nearcluster`); a fill answered ``MOVED`` or ``ASK``
@@ -32,7 +38,6 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-import redis.asyncio
 from django_redis.compressors.identity import IdentityCompressor
 from django_redis.exceptions import CompressorError
 from redis.exceptions import AskError, MovedError, NoScriptError
@@ -43,7 +48,8 @@ from ..exceptions import ConfigurationError
 from ..scripts import script
 from . import envelope
 from .nearcluster import ClusterChannels
-from .nearlisten import ACHECKOUT, CHECKOUT, SILENT_LIMIT, Listener, tracked_class
+from .nearfills import FillKeys
+from .nearlisten import CHECKOUT, SILENT_LIMIT, Listener, tracked_class
 from .nearstore import Entry, LocalStore, NearConfig
 
 _SUPPORTED_POOLS = (redis.ConnectionPool, redis.BlockingConnectionPool, SentinelConnectionPool)
@@ -76,13 +82,12 @@ class NearCache:
         self.wants = config.wants
         self._name = re.sub(r"//[^@/]*@", "//***@", name)  # no credentials in logs
         self.store = LocalStore(config.max_entries, config.max_bytes)
+        self.fills = FillKeys(self.store)
         self._setup = threading.Lock()
         self._pool: Any = None
         self.listener: Listener | ClusterChannels | None = None
         self._script = script("cache_near_get")
         self._loads: Callable[[bytes], Any] = lambda payload: None
-        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary())
         self._watch: Any = None
         self._watch_gen = 0
         self._key: tuple[str, str] | None = None
@@ -136,17 +141,20 @@ class NearCache:
         conn = pool.get_connection(*CHECKOUT)
         started = time.monotonic()  # before Redis reads the PTTL: the copy dies no later
         moved: Exception | None = None
+        conn.rp_busy = True
         try:
             if ready and conn.rp_epoch != epoch:
                 self._track(conn, listener, epoch)
+            self.fills.note(conn, nkey)  # before the read: a close during it refuses it
             reply = self._eval(conn, nkey)
             tracked = conn.rp_epoch == epoch
         except (MovedError, AskError) as exc:  # only on Cluster: the slot has moved (on)
             moved = exc
         except BaseException:
-            conn.disconnect()
+            conn.disconnect()  # drops what conn filled (Redis forgets its tracking)
             raise
         finally:
+            conn.rp_busy = False
             pool.release(conn)
         if moved is not None:
             return self._slot_moved(channels, nkey, moved)
@@ -166,41 +174,9 @@ class NearCache:
         raw = self._owner.client.get_client(write=True).get(nkey)
         return None if raw is None else (raw, _hint(raw))
 
-    async def afetch(self, nkey: str, aclient: Any) -> tuple[bytes, Any] | None:
-        """:meth:`fetch` on redis.asyncio (``aclient``: the backend's client on this loop);
-        on Cluster, :meth:`fetch` in a worker thread (its channels are per primary)."""
-        listener = self.listener or self._start()
-        if isinstance(listener, ClusterChannels):
-            return await asyncio.to_thread(self.fetch, nkey)
-        ticket = self.store.ticket()
-        epoch = listener.epoch
-        ready = listener.ready
-        pool = self._apool(aclient)
-        conn = await pool.get_connection(*ACHECKOUT)
-        started = time.monotonic()
-        try:
-            if ready and conn.rp_epoch != epoch:
-                client_id = listener.client_id
-                if client_id is not None:
-                    await conn.send_command("CLIENT", "TRACKING", "on", "REDIRECT", client_id)
-                    try:
-                        await conn.read_response()
-                        conn.rp_epoch = epoch
-                    except redis.ResponseError as exc:
-                        listener.refused(epoch, exc)
-            try:
-                await conn.send_command("EVALSHA", self._script.sha, 1, nkey)
-                reply = await conn.read_response()
-            except NoScriptError:
-                await conn.send_command("EVAL", self._script.source, 1, nkey)
-                reply = await conn.read_response()
-            tracked = conn.rp_epoch == epoch
-        except BaseException:
-            await conn.disconnect()
-            raise
-        finally:
-            await pool.release(conn)
-        return self._keep(nkey, reply, tracked, listener, epoch, ticket, started)
+    async def afetch(self, nkey: str) -> tuple[bytes, Any] | None:
+        """:meth:`fetch` in a worker thread (one pool for sync and async callers)."""
+        return await asyncio.to_thread(self.fetch, nkey)
 
     def _keep(self, nkey: str, reply: Any, tracked: bool, listener: Listener, epoch: int,
               ticket: int, started: float) -> tuple[bytes, Any] | None:
@@ -214,21 +190,6 @@ class NearCache:
             if deadline is not None:
                 self.store.put(nkey, raw, deadline, ticket, hint)
         return raw, hint
-
-    def _apool(self, aclient: Any) -> Any:
-        """This loop's pool of tracking connections, like ``aclient``'s."""
-        loop = asyncio.get_running_loop()
-        pool = self._apools.get(loop)
-        if pool is None:
-            base = aclient.connection_pool
-            kwargs = {k: v for k, v in base.connection_kwargs.items()
-                      if "maint_notifications" not in k}
-            kwargs["protocol"] = 2
-            pool = self._apools[loop] = redis.asyncio.BlockingConnectionPool(
-                connection_class=tracked_class(base.connection_class, aio=True),
-                max_connections=base.max_connections,
-                timeout=getattr(base, "timeout", None), **kwargs)
-        return pool
 
     def _deadline(self, raw: bytes, pttl: int, started: float) -> float | None:
         """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
@@ -294,7 +255,8 @@ class NearCache:
                     base := self._owner.client.get_client(write=True)):
                 self._loads = self._loader()
                 self.listener = ClusterChannels(base, _pools, self.store.invalidate,
-                                                self.store.clear, self._name)
+                                                self.store.clear, self._name,
+                                                self.fills.sweep)
             if self.listener is None:
                 self._pool, channel = _pools(base)
                 self._loads = self._loader()
@@ -309,7 +271,7 @@ class NearCache:
                     return conn
 
                 self.listener = Listener(connect, self.store.invalidate, self.store.clear,
-                                         self._name)
+                                         self._name, self.fills.sweep)
             return self.listener
 
     def stop(self) -> None:
@@ -331,7 +293,7 @@ class NearCache:
         # The thread did not survive the fork and its connection is the parent's.
         self.listener = None
         self._pool = None
-        self._apools = weakref.WeakKeyDictionary()
+        self.fills = FillKeys(self.store)
         self._setup = threading.Lock()
         self.store.clear()
 

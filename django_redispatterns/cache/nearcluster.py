@@ -29,12 +29,14 @@ RETHINK_AFTER = 2.0  # seconds a channel may stay down before the slot map is re
 class ClusterChannels:
     """Every primary's channel and fill pool for one near cache. ``base`` is the cache's
     ``RedisCluster``; ``pools(node_client)`` returns ``(fills, channel)`` pools for one
-    node; ``invalidate`` and ``clear`` are the local store's."""
+    node; ``invalidate`` and ``clear`` are the local store's, ``sweep`` its fill
+    connections' check (:mod:`.nearfills`)."""
 
     def __init__(self, base: Any, pools: Callable[[Any], tuple[Any, Any]],
                  invalidate: Callable[[list[str]], None], clear: Callable[[], None],
-                 name: str) -> None:
+                 name: str, sweep: Callable[[], None] = lambda: None) -> None:
         self._base = base
+        self._sweep = sweep
         self._pools = pools
         self._invalidate = invalidate
         self._clear = clear
@@ -137,7 +139,7 @@ class ClusterChannels:
                 return conn
 
             listener = Listener(connect, self._invalidate, self._clear,
-                                f"{self._name} {node.name}")
+                                f"{self._name} {node.name}", self._sweep)
             nodes[node.name] = (listener, fills)
         self._nodes = nodes
         # who owned each slot when the channels were built: a fill that finds another

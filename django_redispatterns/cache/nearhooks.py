@@ -5,7 +5,7 @@ It wraps the class's own methods (so the class body stays as it is). With
 attribute test before the backend's own method. With it set:
 
 * ``get`` and ``get_or_set`` answer from process memory when they can, and fill it on a
-  miss (:class:`.near.NearCache`); so do ``aget`` (filling on redis.asyncio) and
+  miss (:class:`.near.NearCache`); so do ``aget`` (filling in a worker thread) and
   ``aget_or_set`` (local hits only; its misses take the usual path);
 * every write this process makes through the cache API drops the local entries it
   touches *after* Redis acknowledged it (also when it raised: it may have run) and
@@ -87,15 +87,14 @@ def _aget(orig: Callable[..., Any]) -> Callable[..., Any]:
         near: NearCache | None = self._near
         if near is None or not near.wants(key):
             return await orig(self, key, default, version)
-        aclient = self._aclients.get()
-        if aclient is None:  # no native asyncio client: django-redis in a thread
+        if self._aclients.get() is None:  # no native asyncio client: django-redis in a thread
             return await orig(self, key, default, version)
         nkey = str(self.client.make_key(key, version=version))
         entry = near.lookup(nkey)
         if entry is not None:
             return near.decode(entry[2])
         try:
-            found = await near.afetch(nkey, aclient)
+            found = await near.afetch(nkey)
         except REDIS_ERRORS as exc:
             return self._degraded("get", exc, default)
         if found is None:

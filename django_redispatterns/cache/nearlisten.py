@@ -5,13 +5,18 @@ there the names of keys that the near cache's read connections fetched and someb
 (any client) then changed, expired, evicted or flushed — because each read connection
 runs ``CLIENT TRACKING on REDIRECT <this connection's id>`` (:func:`tracked_class`).
 
-The channel is *healthy* while it is subscribed and has heard from Redis (a message or
-the answer to a PING sent every :data:`PING_EVERY` seconds) within :data:`SILENT_LIMIT`
-seconds. Whenever it stops being healthy — the connection dropped or was killed, the
-server restarted or failed over, or it went silent — :meth:`Listener.lose` empties the
-local store and the near cache is bypassed until the thread has subscribed again.
-Every (re)subscription starts a new *epoch*; a read connection set up for another epoch
-enables tracking again before its value may be stored.
+The channel is *healthy* while it is subscribed and *caught up*: it sends a numbered
+PING every :data:`PING_EVERY` seconds, queued behind whatever invalidations Redis has
+for it, and :attr:`Listener.heard` is the send time of the newest PING whose answer
+arrived — so every invalidation Redis sent before that moment has been applied. A message
+alone proves nothing (a channel far behind a burst still receives messages). When
+``heard`` is :data:`SILENT_LIMIT` seconds old — the connection dropped or was killed, the
+server restarted, failed over or hung, or the channel lags behind a burst — the hit path
+bypasses the local store, and :meth:`Listener.lose` empties it and the thread subscribes
+again (a new connection starts with no backlog). Every (re)subscription starts a new
+*epoch*; a read connection set up for another epoch enables tracking again before its
+value may be stored. After each PING answer the thread also calls ``sweep`` (the fill
+connections' check for sockets the server closed, :mod:`.nearfills`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-import redis.asyncio
 from redis.exceptions import RedisError
 
 logger = logging.getLogger("django_redispatterns.cache")
@@ -39,43 +43,56 @@ def _checkout_args(get_connection: Callable[..., Any]) -> tuple[str, ...]:
     return ("GET",) if needed else ()
 
 
-#: The arguments of a sync / asyncio pool checkout on the installed redis-py.
+#: The arguments of a pool checkout on the installed redis-py.
 CHECKOUT = _checkout_args(redis.ConnectionPool.get_connection)
-ACHECKOUT = _checkout_args(redis.asyncio.ConnectionPool.get_connection)
 
 CHANNEL = b"__redis__:invalidate"
-PING_EVERY = 1.0  # seconds between PINGs when nothing else arrives
-SILENT_LIMIT = 3.0  # seconds without a word from Redis before the channel counts as lost
+PING_EVERY = 1.0  # seconds between numbered PINGs, whatever else arrives
+SILENT_LIMIT = 3.0  # seconds since the newest answered PING was sent: then the channel is lost
 RETRY_MAX = 1.0  # longest wait between reconnection attempts
 
 
 @functools.cache
-def tracked_class(base: type, aio: bool = False) -> type:
-    """``base`` (a redis-py connection class; ``aio``: a redis.asyncio one) whose every
-    (re)connect forgets its tracking setup, so a value read on a fresh socket is stored
-    only after tracking is enabled on it."""
+def tracked_class(base: type) -> type:
+    """``base`` (a redis-py connection class) whose every close — ``disconnect()``, which
+    every path that drops a socket goes through, whatever caused it — forgets its tracking
+    setup (a value read on the next socket is stored only after tracking is enabled on it)
+    and drops the local entries filled through it (:mod:`.nearfills`). The hook is on the
+    close, not on the connect: redis-py 6+ ``connect()`` no longer calls ``on_connect()``."""
 
-    def on_connect(self: Any) -> None:
+    def disconnect(self: Any, *args: Any, **kwargs: Any) -> None:
+        if self.rp_keys is not None:
+            self.rp_fills.dropped(self)
         self.rp_epoch = None
-        base.on_connect(self)  # type: ignore[attr-defined]
+        base.disconnect(self, *args, **kwargs)  # type: ignore[attr-defined]
 
-    async def aon_connect(self: Any) -> None:
-        self.rp_epoch = None
-        await base.on_connect(self)  # type: ignore[attr-defined]
+    def __del__(self: Any) -> None:
+        # Garbage collection may run while this thread holds the store's lock: take no
+        # lock here, let the channel's thread empty the store at its next sweep.
+        if self.rp_keys:
+            self.rp_keys = None
+            self.rp_fills.orphaned = True
+        base_del = getattr(base, "__del__", None)
+        if base_del is not None:
+            base_del(self)
 
     return type(f"NearTracked{base.__name__}", (base,),
-                {"on_connect": aon_connect if aio else on_connect, "rp_epoch": None})
+                {"disconnect": disconnect, "__del__": __del__, "rp_epoch": None,
+                 "rp_keys": None, "rp_fills": None, "rp_busy": False})
 
 
 class Listener:
     """The background thread reading invalidations for one local store.
 
     ``invalidate(nkeys)`` and ``clear()`` are the store's; ``connect()`` returns a new,
-    connected redis-py connection to the cache's primary."""
+    connected redis-py connection to the cache's primary; ``sweep()`` runs after each
+    PING answer."""
 
     def __init__(self, connect: Callable[[], Any], invalidate: Callable[[list[str]], None],
-                 clear: Callable[[], None], name: str) -> None:
+                 clear: Callable[[], None], name: str,
+                 sweep: Callable[[], None] = lambda: None) -> None:
         self._connect = connect
+        self._sweep = sweep
         self._invalidate = invalidate
         self._clear = clear
         self._name = name
@@ -84,7 +101,7 @@ class Listener:
         self.ready = False
         self.epoch = 0
         self.client_id: int | None = None
-        self.heard = 0.0  # time.monotonic() of the last word from Redis
+        self.heard = 0.0  # time.monotonic() when the newest answered PING was sent
         self.losses = 0  # channel losses so far (for tests and logs)
         self._conn: Any = None
         self._thread = threading.Thread(target=self._run, name=f"near-cache {name}",
@@ -142,10 +159,13 @@ class Listener:
     def _run(self) -> None:
         delay = 0.05
         while not self._stopped.is_set():
+            epoch = self.epoch
             try:
                 self._subscribe_and_read()
             except (RedisError, OSError, ValueError) as exc:
                 self.lose(f"{type(exc).__name__}: {exc}")
+            if self.epoch > epoch + 1:  # it had subscribed: retry soon
+                delay = 0.05
             conn, self._conn = self._conn, None
             if conn is not None:
                 conn.disconnect()
@@ -157,6 +177,7 @@ class Listener:
         conn = self._conn = self._connect()
         conn.send_command("CLIENT", "ID")
         client_id = int(conn.read_response())
+        sent = time.monotonic()  # nothing sent to this new connection before this moment
         conn.send_command("SUBSCRIBE", CHANNEL)
         reply = conn.read_response()
         if not (isinstance(reply, list) and reply[0] in (b"subscribe", "subscribe")):
@@ -164,24 +185,33 @@ class Listener:
         with self._lock:
             self.client_id = client_id
             self.epoch += 1
-            self.heard = time.monotonic()
+            self.heard = sent
             self.ready = True
-        last_ping = time.monotonic()
+        pings: dict[int, float] = {}  # number -> when sent, until answered
+        number, last_ping = 0, -PING_EVERY
         while not self._stopped.is_set():
-            if conn.can_read(timeout=PING_EVERY / 4):
-                self._handle(conn.read_response())
-                self.heard = time.monotonic()
-                continue
             now = time.monotonic()
             if now - self.heard >= SILENT_LIMIT:
-                raise ValueError(f"no word from Redis for {now - self.heard:.1f} s")
+                raise ValueError(f"no PING answered within {now - self.heard:.1f} s "
+                                 f"({len(pings)} waiting): the channel is silent or lagging")
             if now - last_ping >= PING_EVERY:
-                conn.send_command("PING")
-                last_ping = now
+                number += 1
+                pings[number] = last_ping = now
+                conn.send_command("PING", number)
+            if conn.can_read(timeout=PING_EVERY / 4):
+                message = conn.read_response()
+                answered = _pong(message)
+                if answered is None:
+                    self._handle(message)
+                elif answered in pings:
+                    self.heard = pings.pop(answered)
+                    for older in [n for n in pings if n < answered]:
+                        del pings[older]
+                    self._sweep()
 
     def _handle(self, message: Any) -> None:
         if not isinstance(message, list) or len(message) < 3:
-            return  # a PING's answer: only proof of life
+            return
         kind, channel, payload = message[0], message[1], message[2]
         if kind not in (b"message", "message") or channel not in (CHANNEL, CHANNEL.decode()):
             return
@@ -190,3 +220,15 @@ class Listener:
             return
         self._invalidate([k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
                           for k in payload])
+
+
+def _pong(message: Any) -> int | None:
+    """The number of the PING ``message`` answers (RESP2 while subscribed: ``[pong, n]``),
+    else ``None``."""
+    if (isinstance(message, list) and len(message) == 2
+            and message[0] in (b"pong", "pong")):
+        try:
+            return int(message[1])
+        except (TypeError, ValueError):
+            return None
+    return None

@@ -105,6 +105,9 @@ class LocalStore:
     def __len__(self) -> int:
         return len(self._data)
 
+    def __contains__(self, nkey: object) -> bool:
+        return nkey in self._data
+
     @property
     def nbytes(self) -> int:
         return self._bytes
