@@ -37,6 +37,20 @@ SCHEMA: dict[str, Any] = {
     # clients this app builds from URLs; a CACHES alias keeps django-redis's own options.
     "SOCKET_TIMEOUT": (_number, 1.0),
     "SOCKET_CONNECT_TIMEOUT": (_number, 1.0),
+    # Certificates for every TLS connection the app opens (rediss://, rediss+sentinel://,
+    # rediss+cluster://). The server's certificate is always verified: against CA_CERTS
+    # (a PEM file) when set, else the system's trust store.
+    "TLS": {
+        "CA_CERTS": (_optional_str, None),
+        # A client certificate (PEM) and its private key, for servers that require one.
+        "CERTFILE": (_optional_str, None),
+        "KEYFILE": (_optional_str, None),
+        # Passphrase of an encrypted KEYFILE.
+        "KEY_PASSWORD": (_optional_str, None),
+        # Compare the server's name with its certificate; turning it off lets any server
+        # holding a certificate from the CA pose as yours (a deploy check warns).
+        "CHECK_HOSTNAME": ((bool,), True),
+    },
     "LOCKS": {
         "CONNECTION": (_optional_str, None),
         "TTL": (_number, 30),
@@ -103,6 +117,11 @@ class Config:
     @property
     def key_prefix(self) -> str:
         return str(self._values["KEY_PREFIX"])
+
+    @property
+    def tls(self) -> Mapping[str, Any]:
+        """The merged ``TLS`` settings group."""
+        return self._values["TLS"]
 
     def feature(self, feature: str) -> Mapping[str, Any]:
         """The merged settings section of ``feature`` ("LOCKS", "RATELIMIT", ...)."""
@@ -185,10 +204,28 @@ def _validate_values(values: Mapping[str, Any]) -> None:
         )
 
 
+def _validate_tls(tls: Mapping[str, Any]) -> None:
+    import os
+
+    path = f"{SETTING_NAME}['TLS']"
+    for name in ("CA_CERTS", "CERTFILE", "KEYFILE"):
+        if tls[name] is not None and not os.path.isfile(tls[name]):
+            raise ConfigurationError(
+                f"{path}[{name!r}] must name a readable file; {tls[name]!r} is not a file.")
+    if tls["KEYFILE"] and not tls["CERTFILE"]:
+        raise ConfigurationError(f"{path}['KEYFILE'] needs {path}['CERTFILE'] (the client "
+                                 "certificate the key belongs to).")
+    if tls["KEY_PASSWORD"] is not None and not tls["CERTFILE"]:
+        # The passphrase itself is never shown.
+        raise ConfigurationError(f"{path}['KEY_PASSWORD'] is set but there is no "
+                                 f"{path}['CERTFILE']/['KEYFILE'] to decrypt.")
+
+
 def build_config(raw: Any) -> Config:
     """Validate a ``REDIS_PATTERNS`` value and return its merged :class:`Config`."""
     values = _merge(SETTING_NAME, SCHEMA, raw if raw is not None else {})
     _validate_values(values)
+    _validate_tls(values["TLS"])
     return Config(MappingProxyType(values))
 
 
