@@ -28,7 +28,16 @@ from django_redispatterns.locks import Lock, held_key
 from django_redispatterns.ratelimit import RateLimiter
 from tests.redis_servers import KEY_PREFIX
 from tests.test_cache_support import make_cache
-from tests.tls_servers import Certificates, TLSRedisServer, make_certificates, tls_skip_reason
+from tests.tls_servers import (
+    Certificates,
+    TLSRedisServer,
+    TLSSentinel,
+    make_certificates,
+    tls_cluster,
+    tls_skip_reason,
+    tls_url,
+)
+from tests.topologies import wait_for
 
 pytestmark = pytest.mark.skipif(tls_skip_reason() is not None,
                                 reason=tls_skip_reason() or "")
@@ -211,8 +220,13 @@ def deploy(url: str, tls: dict[str, Any]) -> list[Any]:
                           "LOCATION": url, "TIMEOUT": 300}}
     with override_settings(CACHES=caches, REDIS_PATTERNS=patterns(url, tls),
                            SESSION_ENGINE="django.contrib.sessions.backends.db"):
-        return [m for m in checks.check_redis_servers()
-                if m.id in ("redispatterns.W010", "redispatterns.W030", "redispatterns.W031")]
+        return deploy_messages()
+
+
+def deploy_messages() -> list[Any]:
+    """The deploy check's connection and TLS messages for the current settings."""
+    return [m for m in checks.check_redis_servers()
+            if m.id in ("redispatterns.W010", "redispatterns.W030", "redispatterns.W031")]
 
 
 def test_deploy_check_reports_a_refused_certificate_and_a_disabled_name_check(
@@ -229,3 +243,51 @@ def test_deploy_check_reports_a_refused_certificate_and_a_disabled_name_check(
     assert [(m.id, m.msg) for m in unchecked] == [(
         "redispatterns.W031", "TLS connections do not check the server's host name "
         "(REDIS_PATTERNS['TLS']['CHECK_HOSTNAME'] is False).")]
+
+
+# --- Sentinel and Cluster over TLS ------------------------------------------------------
+
+
+def test_sentinel_over_tls(certs: Certificates, tls_server: TLSRedisServer) -> None:
+    sentinel = TLSSentinel(certs, tls_server.port, "tlsmaster")
+    try:
+        url = f"rediss+sentinel://127.0.0.1:{sentinel.port}/tlsmaster/0"
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings())):
+            wait_for(lambda: _pings(connection.get_client()), 20, "the master over TLS")
+            with Lock("tls-sentinel", ttl=5):
+                assert tls_server.client().exists(held_key("tls-sentinel"))
+            assert [m.id for m in deploy_messages()] == []
+
+            async def run() -> Any:
+                return await connection.get_async_client().ping()
+
+            assert asyncio.run(run())
+    finally:
+        sentinel.stop()
+
+
+def _pings(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def test_cluster_over_tls(certs: Certificates) -> None:
+    cluster = tls_cluster(certs)
+    try:
+        url = tls_url(cluster.url)
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings(encrypted=True))):
+            client = connection.get_client()
+            assert client.set(f"{KEY_PREFIX}:tls-c", "1", ex=30)
+            limiter = RateLimiter("2/m", group="tls-cluster")
+            assert [limiter.hit("who").remaining for _ in range(3)] == [1, 0, 0]
+            with Lock("tls-cluster", ttl=5):
+                pass
+            assert [m.id for m in deploy_messages()] == []
+        wrong = certs.settings(CA_CERTS=certs.path("other-ca.crt"))
+        with (override_settings(REDIS_PATTERNS=patterns(url, wrong)),
+              pytest.raises(redis.RedisClusterException, match=WRONG_CA)):
+            connection.get_client().ping()
+    finally:
+        cluster.stop()

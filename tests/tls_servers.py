@@ -12,8 +12,10 @@ and ``redis-server`` processes that speak TLS only.
 * ``other-ca.crt`` — an unrelated CA (a client trusting it must refuse our servers).
 
 :class:`TLSRedisServer` starts ``redis-server --port 0 --tls-port <port>`` with those
-files; ``auth_clients="yes"`` makes it require a client certificate. ``tls_args`` gives
-the same options for servers started otherwise (Cluster nodes, Sentinels).
+files; ``auth_clients="yes"`` makes it require a client certificate. :func:`tls_cluster`
+starts a Cluster whose nodes speak TLS only (clients and bus), :class:`TLSSentinel` a
+Sentinel on a TLS port monitoring a TLS server; ``tls_args`` gives the options for servers
+started otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import redis
 
 from tests.redis_servers import RedisServer, redis_server_binary
+from tests.topologies import ClusterNode, ClusterTopology, SentinelServer
 
 # Distinctive, so a test can assert it never shows up in any output.
 KEY_PASSPHRASE = "tls-key-passphrase-8c1f3e"
@@ -131,7 +134,29 @@ def tls_args(certs: Certificates, port: int, *, auth_clients: str = "yes",
             "--tls-ca-cert-file", certs.ca, "--tls-auth-clients", auth_clients]
 
 
-class TLSRedisServer(RedisServer):
+class _TLS:
+    """Mixin: a server whose ``--port`` is 0 and whose (only) port is a TLS one."""
+
+    certs: Certificates
+    auth_clients = "yes"
+    server_cert = "server"
+    port: int
+
+    def command_line(self) -> list[str]:
+        line: list[str] = super().command_line()  # type: ignore[misc]
+        line[line.index("--port") + 1] = "0"
+        return [*line, *tls_args(self.certs, self.port, auth_clients=self.auth_clients,
+                                 server_cert=self.server_cert)]
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 5)
+        # The test side talks to a misnamed server by IP without checking its name.
+        kwargs.setdefault("ssl_check_hostname", self.server_cert == "server")
+        return redis.Redis(host="127.0.0.1", port=self.port,
+                           **{**self.certs.client_kwargs(), **kwargs})
+
+
+class TLSRedisServer(_TLS, RedisServer):
     """A ``redis-server`` listening on a TLS port only (``--port 0``)."""
 
     def __init__(self, certs: Certificates, *extra_args: str, auth_clients: str = "yes",
@@ -143,15 +168,39 @@ class TLSRedisServer(RedisServer):
     def url(self) -> str:
         return f"rediss://127.0.0.1:{self.port}/0"
 
-    def command_line(self) -> list[str]:
-        line = super().command_line()
-        line[line.index("--port") + 1] = "0"
-        return [*line, *tls_args(self.certs, self.port, auth_clients=self.auth_clients,
-                                 server_cert=self.server_cert)]
 
-    def client(self, **kwargs: Any) -> redis.Redis:
-        kwargs.setdefault("socket_timeout", 5)
-        # The test side talks to a misnamed server by IP without checking its name.
-        kwargs.setdefault("ssl_check_hostname", self.server_cert == "server")
-        return redis.Redis(host="127.0.0.1", port=self.port,
-                           **{**self.certs.client_kwargs(), **kwargs})
+class TLSClusterNode(_TLS, ClusterNode):
+    """A Cluster node speaking TLS only, to clients and on its cluster bus."""
+
+    def __init__(self, certs: Certificates) -> None:
+        self.certs = certs
+        super().__init__("--tls-cluster", "yes", "--tls-replication", "yes")
+
+
+def tls_cluster(certs: Certificates, masters: int = 3) -> ClusterTopology:
+    """A Cluster of :class:`TLSClusterNode` (``rediss+cluster://`` URL: :func:`tls_url`)."""
+    return ClusterTopology(masters=masters, node=lambda: TLSClusterNode(certs))
+
+
+class TLSSentinel(_TLS, SentinelServer):
+    """A Sentinel on a TLS port only, talking TLS to the servers it monitors."""
+
+    def __init__(self, certs: Certificates, primary_port: int, service: str) -> None:
+        self.certs = certs
+        super().__init__(primary_port, service)
+
+    def command_line(self) -> list[str]:
+        conf = Path(self.dir) / "sentinel.conf"
+        if not conf.exists():
+            args = tls_args(self.certs, self.port)
+            tls = "".join(f"{args[i][2:]} {args[i + 1]}\n" for i in range(0, len(args), 2))
+            conf.write_text(
+                f"port 0\nbind 127.0.0.1\ndir {self.dir}\n{tls}tls-replication yes\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} 1\n"
+            )
+        return [self.binary, str(conf), "--sentinel"]
+
+
+def tls_url(url: str) -> str:
+    """A plain topology URL's TLS form (``redis+cluster://`` -> ``rediss+cluster://``)."""
+    return "rediss" + url[len("redis"):]
