@@ -112,7 +112,16 @@ class Config:
         return self._values[name]
 
     def __repr__(self) -> str:
-        return f"Config({dict(self._values)!r})"
+        # Connections (URLs may carry passwords) and the key passphrase are not shown.
+        shown = {k: v for k, v in self._values.items() if k != "CONNECTION"}
+        tls = dict(self._values["TLS"])
+        if tls["KEY_PASSWORD"] is not None:
+            tls["KEY_PASSWORD"] = MASK
+        shown["TLS"] = tls
+        for feature in FEATURES:
+            shown[feature] = {k: v for k, v in self._values[feature].items()
+                              if k not in ("CONNECTION", "QUORUM")}
+        return f"Config({shown!r})"
 
     @property
     def key_prefix(self) -> str:
@@ -136,13 +145,25 @@ class Config:
         return str(self._values["CONNECTION"])
 
 
+# Settings whose values may carry a secret (a passphrase, a URL with a password): an error
+# about them names their type, never their value.
+SECRET_SETTINGS = ("['KEY_PASSWORD']", "['CONNECTION']", "['QUORUM']")
+MASK = "***"
+
+
+def _shown(path: str, value: Any) -> str:
+    return f" ({value!r})" if not path.endswith(SECRET_SETTINGS) else ""
+
+
 def _check_type(path: str, value: Any, types: tuple[type, ...]) -> None:
     # bool is an int subclass: a TTL of True is a mistake, not 1 second.
     if isinstance(value, bool) and bool not in types:
-        raise ConfigurationError(f"{path} must be {_type_names(types)}, not a bool ({value!r}).")
+        raise ConfigurationError(f"{path} must be {_type_names(types)}, not a bool"
+                                 f"{_shown(path, value)}.")
     if not isinstance(value, types):
         raise ConfigurationError(
-            f"{path} must be {_type_names(types)}, got {type(value).__name__} ({value!r})."
+            f"{path} must be {_type_names(types)}, got {type(value).__name__}"
+            f"{_shown(path, value)}."
         )
 
 

@@ -35,8 +35,9 @@ from tests.redis_servers import (
     started_here,
 )
 
-# Cluster and Sentinel fixtures (redis_cluster, cluster_settings, sentinel_factory, ...).
-pytest_plugins = ["tests.topology_fixtures"]
+# Cluster and Sentinel fixtures (redis_cluster, cluster_settings, sentinel_factory, ...);
+# the TLS test certificates (tls_certs).
+pytest_plugins = ["tests.topology_fixtures", "tests.tls_servers"]
 
 # Commands that act on a whole server (all its keys, settings, statistics, scripts or
 # clients): only ever sent to a server this run started. The value names the subcommands

@@ -32,24 +32,19 @@ from tests.tls_servers import (
     Certificates,
     TLSRedisServer,
     TLSSentinel,
-    make_certificates,
     tls_cluster,
-    tls_skip_reason,
     tls_url,
 )
 from tests.topologies import wait_for
-
-pytestmark = pytest.mark.skipif(tls_skip_reason() is not None,
-                                reason=tls_skip_reason() or "")
 
 WRONG_CA = ("certificate verify failed: self-signed certificate in certificate chain")
 WRONG_NAME = "certificate verify failed: IP address mismatch, certificate is not valid for " \
              "'127.0.0.1'"
 
 
-@pytest.fixture(scope="session")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    return make_certificates(tmp_path_factory.mktemp("tls"))
+@pytest.fixture(scope="module")
+def certs(tls_certs: Certificates) -> Certificates:
+    return tls_certs
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from tests.redis_servers import RedisServer, redis_server_binary
@@ -64,6 +65,15 @@ class Certificates:
         """redis-py keywords of a test-side client (verifying, with the client cert)."""
         return {"ssl": True, "ssl_ca_certs": self.ca, "ssl_certfile": self.path("client.crt"),
                 "ssl_keyfile": self.path("client.key"), "ssl_cert_reqs": "required"}
+
+
+@pytest.fixture(scope="session")
+def tls_certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """This run's throwaway CA and certificates (skips where TLS cannot run)."""
+    reason = tls_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 def tls_skip_reason() -> str | None:
