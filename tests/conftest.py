@@ -29,11 +29,11 @@ from tests.redis_servers import (
     delete_own_keys,
     main_redis_url,
     own_keys_without_ttl,
+    raw_client,
     reap_orphans,
     redis_server_binary,
     server_version,
     started_here,
-    url_client_kwargs,
 )
 
 # Cluster and Sentinel fixtures (redis_cluster, cluster_settings, sentinel_factory, ...);
@@ -111,7 +111,7 @@ def redis_url() -> str:
     if url is None:
         pytest.skip(SKIP_REASON)
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=2, **url_client_kwargs(url)).ping()
+        raw_client(url, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
         pytest.skip(f"Redis at {url} is not reachable: {exc}")
     return url
@@ -120,7 +120,7 @@ def redis_url() -> str:
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     """A raw client on the test Redis; this worker's test keys are removed before and after."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=10, **url_client_kwargs(redis_url))
+    client = raw_client(redis_url, socket_timeout=10)
     delete_own_keys(client)
     yield client
     delete_own_keys(client)
@@ -146,7 +146,7 @@ def _every_key_has_a_ttl(request: pytest.FixtureRequest) -> Iterator[None]:
     url = main_redis_url()
     if url is None:
         return
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = raw_client(url, socket_timeout=10)
     try:
         if request.node.get_closest_marker("allow_no_ttl") is None:
             assert_own_keys_have_a_ttl(client)
@@ -203,18 +203,6 @@ def own_redis(redis_server_factory: Callable[..., RedisServer],
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # once per run, in the controlling process
         config.stash[ORPHANS] = reap_orphans()
-    _tls_defaults_from_env()
-
-
-def _tls_defaults_from_env() -> None:
-    """A rediss:// REDIS_URL's certificates (tests/settings.py reads them from the
-    environment) become the REDIS_PATTERNS["TLS"] defaults, so that they hold in the
-    tests that override REDIS_PATTERNS as a whole, too."""
-    from django_redispatterns.conf import SCHEMA
-    from tests.settings import TLS
-
-    for key, value in TLS.items():
-        SCHEMA["TLS"][key] = (SCHEMA["TLS"][key][0], value)
 
 
 ORPHANS = pytest.StashKey[int]()

@@ -349,6 +349,12 @@ def url_client_kwargs(url: str) -> dict[str, Any]:
 
 
 @functools.cache
+def raw_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A plain redis-py client of ``url`` for the test side (certificates included)."""
+    return redis.Redis.from_url(url, **url_client_kwargs(url), **kwargs)
+
+
+@functools.cache
 def main_redis_url() -> str | None:
     """URL of the Redis the test run uses, or None when none can be had."""
     if os.environ.get("REDIS_URL"):

@@ -58,8 +58,15 @@ CACHES = {
 REDIS_PATTERNS = {
     "CONNECTION": "default",
     "KEY_PREFIX": KEY_PREFIX,
-    "TLS": TLS,  # also the defaults of the run (tests/conftest.py): overrides keep them
+    "TLS": TLS,
 }
+if TLS:
+    # The run's defaults too, so that tests overriding REDIS_PATTERNS as a whole (and the
+    # child processes some tests spawn, which load these settings) keep them.
+    from django_redispatterns.conf import SCHEMA
+
+    for _key, _value in TLS.items():
+        SCHEMA["TLS"][_key] = (SCHEMA["TLS"][_key][0], _value)
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
