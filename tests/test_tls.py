@@ -22,6 +22,7 @@ from django.test import override_settings
 
 from django_redispatterns import checks, connection
 from django_redispatterns.conf import build_config
+from django_redispatterns.connection.build import _async_cluster_takes_password
 from django_redispatterns.exceptions import ConfigurationError
 from django_redispatterns.idempotency import Fingerprint, IdempotencyStore, StoredResponse
 from django_redispatterns.locks import Lock, held_key
@@ -55,7 +56,9 @@ def tls_server(certs: Certificates) -> Iterator[TLSRedisServer]:
 
 
 def patterns(url: str, tls: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"CONNECTION": url, "KEY_PREFIX": KEY_PREFIX, "TLS": tls, **extra}
+    # Generous timeouts: TLS handshakes on a loaded machine.
+    return {"CONNECTION": url, "KEY_PREFIX": KEY_PREFIX, "TLS": tls, "SOCKET_TIMEOUT": 5,
+            "SOCKET_CONNECT_TIMEOUT": 5, **extra}
 
 
 @pytest.fixture
@@ -253,12 +256,13 @@ def test_sentinel_over_tls(certs: Certificates, tls_server: TLSRedisServer) -> N
                 assert tls_server.client().exists(held_key("tls-sentinel"))
             assert [m.id for m in deploy_messages()] == []
 
-            async def run() -> Any:
-                return await connection.get_async_client().ping()
-
-            assert asyncio.run(run())
+            assert asyncio.run(_async_ping())
     finally:
         sentinel.stop()
+
+
+async def _async_ping() -> Any:
+    return await connection.get_async_client().ping()
 
 
 def _pings(client: Any) -> bool:
@@ -280,6 +284,12 @@ def test_cluster_over_tls(certs: Certificates) -> None:
             with Lock("tls-cluster", ttl=5):
                 pass
             assert [m.id for m in deploy_messages()] == []
+            if not _async_cluster_takes_password():
+                with pytest.raises(ConfigurationError, match="asyncio Cluster client cannot "
+                                                             "decrypt a client key"):
+                    asyncio.run(_async_ping())
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings())):
+            assert asyncio.run(_async_ping())
         wrong = certs.settings(CA_CERTS=certs.path("other-ca.crt"))
         with (override_settings(REDIS_PATTERNS=patterns(url, wrong)),
               pytest.raises(redis.RedisClusterException, match=WRONG_CA)):

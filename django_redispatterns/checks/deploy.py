@@ -121,7 +121,6 @@ def check_redis_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     """W010-W016, E010, E011, I001, I002, W030: contact each configured Redis once and
     judge it; W031: TLS without the host name check."""
     messages: list[CheckMessage] = []
-    reports = gather()
-    for report in reports:
+    for report in gather():
         messages += evaluate(report)
     return messages + hostname_checks_off()

@@ -198,9 +198,12 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
     kwargs = {k: v for k, v in options.items()
               if k not in ("retry", "retry_on_error", "retry_on_timeout")}
     if parsed.tls:
-        # redis-py's asyncio cluster client takes no key passphrase (it would refuse it).
-        kwargs.update(ssl=True, **ssl_options(with_password=not asyncio_client
-                                              or _async_cluster_takes_password()))
+        kwargs.update(ssl=True, **ssl_options())
+        if asyncio_client and "ssl_password" in kwargs and not _async_cluster_takes_password():
+            raise ConfigurationError(
+                "The installed redis-py's asyncio Cluster client cannot decrypt a client key: "
+                "give REDIS_PATTERNS['TLS'] an unencrypted KEYFILE (and no KEY_PASSWORD) "
+                "for rediss+cluster:// connections used from async code.")
     if redis.VERSION < (6,):  # before 6, this count (not ``retry``) drives cluster re-sends
         # redis-py 5's asyncio pipeline makes range(count) attempts, so it needs 1 (which
         # lets a single asyncio command be re-sent once there; scripts are safe from it).

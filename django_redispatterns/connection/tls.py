@@ -25,17 +25,14 @@ def uses_tls(url: str) -> bool:
     return url.split("://", 1)[0].lower() in TLS_SCHEMES
 
 
-def ssl_options(*, with_password: bool = True) -> dict[str, Any]:
-    """redis-py's ``ssl_*`` connection keywords for the configured certificates.
-
-    ``with_password=False`` leaves out ``ssl_password`` (for clients that do not take it).
-    """
+def ssl_options() -> dict[str, Any]:
+    """redis-py's ``ssl_*`` connection keywords for the configured certificates."""
     tls = get_config().tls
     options: dict[str, Any] = {"ssl_cert_reqs": "required",
                                "ssl_check_hostname": bool(tls["CHECK_HOSTNAME"])}
     for setting, keyword in (("CA_CERTS", "ssl_ca_certs"), ("CERTFILE", "ssl_certfile"),
                              ("KEYFILE", "ssl_keyfile"), ("KEY_PASSWORD", "ssl_password")):
-        if tls[setting] is not None and (with_password or keyword != "ssl_password"):
+        if tls[setting] is not None:
             options[keyword] = tls[setting]
     return options
 
