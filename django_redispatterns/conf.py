@@ -37,6 +37,20 @@ SCHEMA: dict[str, Any] = {
     # clients this app builds from URLs; a CACHES alias keeps django-redis's own options.
     "SOCKET_TIMEOUT": (_number, 1.0),
     "SOCKET_CONNECT_TIMEOUT": (_number, 1.0),
+    # Certificates for every TLS connection the app opens (rediss://, rediss+sentinel://,
+    # rediss+cluster://). The server's certificate is always verified: against CA_CERTS
+    # (a PEM file) when set, else the system's trust store.
+    "TLS": {
+        "CA_CERTS": (_optional_str, None),
+        # A client certificate (PEM) and its private key, for servers that require one.
+        "CERTFILE": (_optional_str, None),
+        "KEYFILE": (_optional_str, None),
+        # Passphrase of an encrypted KEYFILE.
+        "KEY_PASSWORD": (_optional_str, None),
+        # Compare the server's name with its certificate; turning it off lets any server
+        # holding a certificate from the CA pose as yours (a deploy check warns).
+        "CHECK_HOSTNAME": ((bool,), True),
+    },
     "LOCKS": {
         "CONNECTION": (_optional_str, None),
         "TTL": (_number, 30),
@@ -98,11 +112,25 @@ class Config:
         return self._values[name]
 
     def __repr__(self) -> str:
-        return f"Config({dict(self._values)!r})"
+        # Connections (URLs may carry passwords) and the key passphrase are not shown.
+        shown = {k: v for k, v in self._values.items() if k != "CONNECTION"}
+        tls = dict(self._values["TLS"])
+        if tls["KEY_PASSWORD"] is not None:
+            tls["KEY_PASSWORD"] = MASK
+        shown["TLS"] = tls
+        for feature in FEATURES:
+            shown[feature] = {k: v for k, v in self._values[feature].items()
+                              if k not in ("CONNECTION", "QUORUM")}
+        return f"Config({shown!r})"
 
     @property
     def key_prefix(self) -> str:
         return str(self._values["KEY_PREFIX"])
+
+    @property
+    def tls(self) -> Mapping[str, Any]:
+        """The merged ``TLS`` settings group."""
+        return self._values["TLS"]
 
     def feature(self, feature: str) -> Mapping[str, Any]:
         """The merged settings section of ``feature`` ("LOCKS", "RATELIMIT", ...)."""
@@ -117,13 +145,25 @@ class Config:
         return str(self._values["CONNECTION"])
 
 
+# Settings whose values may carry a secret (a passphrase, a URL with a password): an error
+# about them names their type, never their value.
+SECRET_SETTINGS = ("['KEY_PASSWORD']", "['CONNECTION']", "['QUORUM']")
+MASK = "***"
+
+
+def _shown(path: str, value: Any) -> str:
+    return f" ({value!r})" if not path.endswith(SECRET_SETTINGS) else ""
+
+
 def _check_type(path: str, value: Any, types: tuple[type, ...]) -> None:
     # bool is an int subclass: a TTL of True is a mistake, not 1 second.
     if isinstance(value, bool) and bool not in types:
-        raise ConfigurationError(f"{path} must be {_type_names(types)}, not a bool ({value!r}).")
+        raise ConfigurationError(f"{path} must be {_type_names(types)}, not a bool"
+                                 f"{_shown(path, value)}.")
     if not isinstance(value, types):
         raise ConfigurationError(
-            f"{path} must be {_type_names(types)}, got {type(value).__name__} ({value!r})."
+            f"{path} must be {_type_names(types)}, got {type(value).__name__}"
+            f"{_shown(path, value)}."
         )
 
 
@@ -185,10 +225,28 @@ def _validate_values(values: Mapping[str, Any]) -> None:
         )
 
 
+def _validate_tls(tls: Mapping[str, Any]) -> None:
+    import os
+
+    path = f"{SETTING_NAME}['TLS']"
+    for name in ("CA_CERTS", "CERTFILE", "KEYFILE"):
+        if tls[name] is not None and not os.path.isfile(tls[name]):
+            raise ConfigurationError(
+                f"{path}[{name!r}] must name a readable file; {tls[name]!r} is not a file.")
+    if tls["KEYFILE"] and not tls["CERTFILE"]:
+        raise ConfigurationError(f"{path}['KEYFILE'] needs {path}['CERTFILE'] (the client "
+                                 "certificate the key belongs to).")
+    if tls["KEY_PASSWORD"] is not None and not tls["CERTFILE"]:
+        # The passphrase itself is never shown.
+        raise ConfigurationError(f"{path}['KEY_PASSWORD'] is set but there is no "
+                                 f"{path}['CERTFILE']/['KEYFILE'] to decrypt.")
+
+
 def build_config(raw: Any) -> Config:
     """Validate a ``REDIS_PATTERNS`` value and return its merged :class:`Config`."""
     values = _merge(SETTING_NAME, SCHEMA, raw if raw is not None else {})
     _validate_values(values)
+    _validate_tls(values["TLS"])
     return Config(MappingProxyType(values))
 
 

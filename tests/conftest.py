@@ -29,14 +29,16 @@ from tests.redis_servers import (
     delete_own_keys,
     main_redis_url,
     own_keys_without_ttl,
+    raw_client,
     reap_orphans,
     redis_server_binary,
     server_version,
     started_here,
 )
 
-# Cluster and Sentinel fixtures (redis_cluster, cluster_settings, sentinel_factory, ...).
-pytest_plugins = ["tests.topology_fixtures"]
+# Cluster and Sentinel fixtures (redis_cluster, cluster_settings, sentinel_factory, ...);
+# the TLS test certificates (tls_certs).
+pytest_plugins = ["tests.topology_fixtures", "tests.tls_servers"]
 
 # Commands that act on a whole server (all its keys, settings, statistics, scripts or
 # clients): only ever sent to a server this run started. The value names the subcommands
@@ -109,7 +111,7 @@ def redis_url() -> str:
     if url is None:
         pytest.skip(SKIP_REASON)
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+        raw_client(url, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
         pytest.skip(f"Redis at {url} is not reachable: {exc}")
     return url
@@ -118,7 +120,7 @@ def redis_url() -> str:
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     """A raw client on the test Redis; this worker's test keys are removed before and after."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+    client = raw_client(redis_url, socket_timeout=10)
     delete_own_keys(client)
     yield client
     delete_own_keys(client)
@@ -144,7 +146,7 @@ def _every_key_has_a_ttl(request: pytest.FixtureRequest) -> Iterator[None]:
     url = main_redis_url()
     if url is None:
         return
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = raw_client(url, socket_timeout=10)
     try:
         if request.node.get_closest_marker("allow_no_ttl") is None:
             assert_own_keys_have_a_ttl(client)

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from tests.redis_servers import KEY_PREFIX
+from tests.redis_servers import KEY_PREFIX, raw_client
 
 FENCE_LOG = f"{KEY_PREFIX}:locktest:fences"
 
@@ -22,11 +22,10 @@ def _setup(redis_url: str) -> None:
 def fence_worker(redis_url: str, start: Any, rounds: int) -> None:
     """Acquire one name ``rounds`` times; under the lock, append the fencing token to a log."""
     _setup(redis_url)
-    import redis
 
     from django_redispatterns.locks import Lock
 
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     start.wait(30)
     for _ in range(rounds):
         with Lock("fenced-resource", ttl=10, wait=60) as lock:
@@ -50,12 +49,11 @@ return 1
 def paused_holder(redis_url: str, conn: Any, go: Any) -> None:
     """Hold a 1 s lock, report the fencing token, then (after being paused) try to write."""
     _setup(redis_url)
-    import redis
 
     from django_redispatterns.exceptions import LockLost
     from django_redispatterns.locks import Lock
 
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     outcome = {"lost": False}
     try:
         with Lock("kleppmann", ttl=1) as lock:

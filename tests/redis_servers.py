@@ -336,6 +336,24 @@ def _docker_redis_url() -> str | None:
     return f"redis://{host}:{port}/0"
 
 
+# What tests/settings.py reads too: the certificates of a rediss:// REDIS_URL.
+TLS_ENV = {"ssl_ca_certs": "REDIS_TLS_CA_CERTS", "ssl_certfile": "REDIS_TLS_CERTFILE",
+           "ssl_keyfile": "REDIS_TLS_KEYFILE", "ssl_password": "REDIS_TLS_KEY_PASSWORD"}
+
+
+def url_client_kwargs(url: str) -> dict[str, Any]:
+    """redis-py keywords a test-side client of ``url`` needs (certificates for rediss://)."""
+    if not url.startswith("rediss://"):
+        return {}
+    return {kw: os.environ[name] for kw, name in TLS_ENV.items() if os.environ.get(name)}
+
+
+@functools.cache
+def raw_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A plain redis-py client of ``url`` for the test side (certificates included)."""
+    return redis.Redis.from_url(url, **url_client_kwargs(url), **kwargs)
+
+
 @functools.cache
 def main_redis_url() -> str | None:
     """URL of the Redis the test run uses, or None when none can be had."""

@@ -3,9 +3,23 @@ worker and run, ``rptest-<run>-<worker>``) come from tests.redis_servers."""
 
 from __future__ import annotations
 
-from tests.redis_servers import CACHE_PREFIX, KEY_PREFIX, main_redis_url
+import os
+from typing import Any
+
+from tests.redis_servers import CACHE_PREFIX, KEY_PREFIX, TLS_ENV, main_redis_url
 
 REDIS_URL = main_redis_url() or "redis://127.0.0.1:1/0"  # unreachable: Redis tests skip
+
+# A rediss:// REDIS_URL takes its certificates from REDIS_TLS_CA_CERTS, REDIS_TLS_CERTFILE,
+# REDIS_TLS_KEYFILE and REDIS_TLS_KEY_PASSWORD (REDIS_PATTERNS["TLS"]'s CA_CERTS, CERTFILE,
+# KEYFILE and KEY_PASSWORD).
+_TLS_KEYS = {"ssl_ca_certs": "CA_CERTS", "ssl_certfile": "CERTFILE", "ssl_keyfile": "KEYFILE",
+             "ssl_password": "KEY_PASSWORD"}
+TLS: dict[str, Any] = {_TLS_KEYS[keyword]: os.environ[name]
+                       for keyword, name in TLS_ENV.items() if os.environ.get(name)}
+# django-redis's own backend gets them through the app's connection factory.
+TLS_OPTIONS = ({"CONNECTION_FACTORY": "django_redispatterns.connection.ConnectionFactory"}
+               if REDIS_URL.startswith("rediss://") else {})
 
 SECRET_KEY = "django-redispatterns-tests-not-secret"
 DEBUG = False
@@ -29,7 +43,7 @@ CACHES = {
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": CACHE_PREFIX,
         "TIMEOUT": 300,
-        "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2},
+        "OPTIONS": {"SOCKET_TIMEOUT": 2, "SOCKET_CONNECT_TIMEOUT": 2, **TLS_OPTIONS},
     },
     # The cache feature's backend (tests/test_cache*.py).
     "patterns": {
@@ -44,7 +58,15 @@ CACHES = {
 REDIS_PATTERNS = {
     "CONNECTION": "default",
     "KEY_PREFIX": KEY_PREFIX,
+    "TLS": TLS,
 }
+if TLS:
+    # The run's defaults too, so that tests overriding REDIS_PATTERNS as a whole (and the
+    # child processes some tests spawn, which load these settings) keep them.
+    from django_redispatterns.conf import SCHEMA
+
+    for _key, _value in TLS.items():
+        SCHEMA["TLS"][_key] = (SCHEMA["TLS"][_key][0], _value)
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

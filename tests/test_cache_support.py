@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from tests.redis_servers import CACHE_PREFIX
+from tests.redis_servers import CACHE_PREFIX, raw_client
 
 PREFIX = CACHE_PREFIX
 
@@ -64,7 +64,7 @@ def stampede_worker(url: str, key: str, counter: str, threads: int, start_at: fl
 
     setup_django_child()
     cache = make_cache(url, STAMPEDE_LEASE=10, SOCKET_TIMEOUT=socket_timeout)
-    client = redis.Redis.from_url(url)
+    client = raw_client(url)
     compute = counting(client, counter, value={"v": 42}, sleep=sleep)
     got: list[Any] = []
 
@@ -84,7 +84,7 @@ def dying_computer(url: str, key: str, counter: str) -> None:
     """Takes the compute lock, then hangs until the test SIGKILLs this process."""
     setup_django_child()
     cache = make_cache(url, STAMPEDE_LEASE=1.0)
-    client = redis.Redis.from_url(url)
+    client = raw_client(url)
 
     def compute() -> Any:
         client.incr(counter)
@@ -104,7 +104,7 @@ def wake_waiter(url: str, key: str, ready: str, threads: int, results: Any) -> N
     # A 10 s socket timeout lets one BLMOVE block 9.75 s: a waiter that was not woken
     # would return seconds after the value landed.
     cache = make_cache(url, STAMPEDE_LEASE=30, SOCKET_TIMEOUT=10)
-    client = redis.Redis.from_url(url)
+    client = raw_client(url)
     got: list[Any] = []
     finished: list[float] = []
 

@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.redis_servers import RedisServer
+from tests.redis_servers import RedisServer, raw_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +52,7 @@ def test_idempotency_page(redis_server_factory: Callable[..., RedisServer]) -> N
            "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT / "example_project")}
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     for key in client.scan_iter(match="demo*"):  # the example's KEY_PREFIX and cache prefix
         assert client.pttl(key) > 0, key
         client.delete(key)

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.redis_servers import RedisServer
+from tests.redis_servers import RedisServer, raw_client
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "example_project/demo/templates/demo/ratelimit.html"
@@ -59,7 +58,7 @@ def test_endpoints_block_the_sixth_request(
         mine = [o for o in outcomes if o[0] == algorithm]
         assert [o[1] for o in mine] == [200] * 5 + [429], mine
         assert all(o[2] is True and o[3] for o in mine[:5])
-    client = redis.Redis.from_url(redis_url)
+    client = raw_client(redis_url)
     for key in client.scan_iter(match="demo:*"):  # the example's KEY_PREFIX
         assert client.pttl(key) > 0, key
         client.delete(key)

@@ -106,10 +106,11 @@ class ClusterNode(RedisServer):
 class ClusterTopology:
     """A private Redis Cluster: ``masters`` primaries, ``replicas`` replicas per primary."""
 
-    def __init__(self, masters: int = 3, replicas: int = 0) -> None:
+    def __init__(self, masters: int = 3, replicas: int = 0,
+                 node: Callable[[], ClusterNode] = ClusterNode) -> None:
         self.nodes: list[ClusterNode] = []
         try:
-            self.nodes = [ClusterNode() for _ in range(masters * (1 + replicas))]
+            self.nodes = [node() for _ in range(masters * (1 + replicas))]
             self._build(masters, replicas)
         except BaseException:
             self.stop()

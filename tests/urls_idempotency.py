@@ -30,7 +30,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_redispatterns.idempotency import idempotent, idempotent_exempt
-from tests.redis_servers import KEY_PREFIX
+from tests.redis_servers import KEY_PREFIX, raw_client
 
 COUNTER = f"{KEY_PREFIX}:idem-test:runs:"  # one counter per view name (TTL set on every INCR)
 
@@ -40,7 +40,7 @@ def runs(client: redis.Redis, name: str) -> int:
 
 
 def _count(name: str) -> None:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    client = raw_client(settings.REDIS_URL, socket_timeout=5)
     with client.pipeline() as pipe:
         pipe.incr(COUNTER + name)
         pipe.expire(COUNTER + name, 300)

@@ -31,7 +31,7 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[
 )
 
 _POOL_OPTIONS = ("health_check_interval", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile",
-                 "ssl_keyfile", "client_name")
+                 "ssl_keyfile", "ssl_password", "ssl_check_hostname", "client_name")
 
 
 class Owner(Protocol):

@@ -34,6 +34,7 @@ from django_redis.client import HerdClient, ShardClient
 from django_redis.exceptions import ConnectionInterrupted
 
 from ..connection.cacheoptions import translate
+from ..connection.tls import with_tls_pool_kwargs
 from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
@@ -74,6 +75,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
 
     def __init__(self, server: str, params: dict[str, Any]) -> None:
         server, opts = translate(server, params.get("OPTIONS", {}))
+        opts = with_tls_pool_kwargs(server, opts)
         params = {**params, "OPTIONS": opts}
         super().__init__(server, params)
         own = options.read(opts)

@@ -20,7 +20,10 @@ from .messages import (
     W014,
     W015,
     W016,
+    W030,
+    W031,
 )
+from .project import redis_caches
 from .targets import PROBE_TIMEOUT, ServerReport, gather
 
 # A noeviction instance this full starts refusing writes soon.
@@ -35,6 +38,8 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
     """The deploy-check verdict on one server: quiet when everything is known and sound."""
     facts, server, used_by = report.facts, report.facts.endpoint, report.used_by
     obj = None  # the server is named in the message
+    if facts.error and refused_certificate(facts.error):
+        return [W030(obj=obj, server=server, used_by=used_by, error=facts.error)]
     if facts.error:
         return [W010(obj=obj, server=server, used_by=used_by, error=facts.error,
                      timeout=PROBE_TIMEOUT)]
@@ -76,6 +81,26 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
     return messages
 
 
+def refused_certificate(error: str) -> bool:
+    """True when a connection failed because the server's certificate did not verify."""
+    return "CERTIFICATE_VERIFY_FAILED" in error or "certificate verify failed" in error
+
+
+def hostname_checks_off() -> list[CheckMessage]:
+    """W031: TLS without the host name check, in REDIS_PATTERNS or a CACHES entry."""
+    from ..conf import get_config
+
+    messages = []
+    if not get_config().tls["CHECK_HOSTNAME"]:
+        messages.append(W031(setting="REDIS_PATTERNS['TLS']['CHECK_HOSTNAME']"))
+    for alias, entry in redis_caches().items():
+        pool_kwargs = (entry.get("OPTIONS") or {}).get("CONNECTION_POOL_KWARGS") or {}
+        if pool_kwargs.get("ssl_check_hostname") is False:
+            messages.append(W031(setting=f"CACHES[{alias!r}]['OPTIONS']"
+                                         "['CONNECTION_POOL_KWARGS']['ssl_check_hostname']"))
+    return messages
+
+
 def _persistence(report: ServerReport, durable: list[str]) -> list[CheckMessage]:
     """W016/I002: durable data on an instance that may keep nothing on disk. A cache-only
     instance needs no persistence; rate-limit counters can start over."""
@@ -93,8 +118,9 @@ def _persistence(report: ServerReport, durable: list[str]) -> list[CheckMessage]
 
 @register(TAG, Tags.caches, deploy=True)
 def check_redis_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W010-W016, E010, E011, I001, I002: contact each configured Redis once and judge it."""
+    """W010-W016, E010, E011, I001, I002, W030: contact each configured Redis once and
+    judge it; W031: TLS without the host name check."""
     messages: list[CheckMessage] = []
     for report in gather():
         messages += evaluate(report)
-    return messages
+    return messages + hostname_checks_off()

@@ -205,9 +205,24 @@ E013 = Message(
     "See docs/cache.md, \"Options\".",
 )
 
+# --- TLS ---------------------------------------------------------------------------------
+W030 = Message(
+    Warning, "W030",
+    "Redis at {server} ({used_by}) presented a certificate that was refused: {error}",
+    "Point REDIS_PATTERNS['TLS']['CA_CERTS'] at the PEM file of the CA that signed the "
+    "server's certificate, and connect by a name (or IP address) the certificate lists. "
+    "The connection is refused, never made without verification.",
+)
+W031 = Message(
+    Warning, "W031",
+    "TLS connections do not check the server's host name ({setting} is False).",
+    "Any server holding a certificate from the same CA can pose as yours. Connect by a "
+    "name the certificate lists and remove the setting.",
+)
+
 MESSAGES: tuple[Message, ...] = (
     E001, W001, E002, E003, E004, W002, W004, E008, E009, W003,
     W010, W011, W012, W013, W014, W015, E010, E011, I001, W016, I002, W017, W018, W019,
-    E012, W020, E013,
+    E012, W020, E013, W030, W031,
 )
 

@@ -85,7 +85,8 @@ def connection_problem(connection: str) -> str | None:
     """Why ``connection`` (a CACHES alias or URL) cannot work, or None."""
     if "://" in connection:
         scheme = urlsplit(connection).scheme
-        if scheme not in ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster"):
+        if scheme not in ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster",
+                          "rediss+sentinel", "rediss+cluster"):
             return f"unsupported URL scheme {scheme!r}"
         return None
     caches = getattr(settings, "CACHES", {}) or {}
@@ -129,7 +130,7 @@ def url_db(url: str) -> int:
     segments = [p for p in parts.path.split("/") if p]
     if parts.scheme == "unix" or not segments:
         return 0
-    if parts.scheme == "redis+sentinel":
+    if parts.scheme in ("redis+sentinel", "rediss+sentinel"):
         return int(segments[1]) if len(segments) > 1 and segments[1].isdigit() else 0
     return int(segments[0]) if segments[0].isdigit() else 0
 

@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from django.conf import settings
 
 from ..conf import SETTING_NAME, Config
-from ..connection import parse_url
+from ..connection import parse_url, redact_text
+from ..connection.tls import ssl_options, uses_tls
 from .messages import OUR_SESSION_ENGINE
 from .project import (
     DJANGO_CACHE_SESSION_ENGINES,
@@ -111,7 +112,8 @@ def collect_targets() -> list[Target]:
         if target is None:
             target = targets[key] = Target(connection, dict(options or {}), list(sentinels))
         target.roles.add(role)
-        if parts.scheme != "redis+cluster":  # the static check judges a cluster URL's db
+        # the static check judges a cluster URL's db
+        if parts.scheme not in ("redis+cluster", "rediss+cluster"):
             target.dbs.add(url_db(connection))
 
     caches = redis_caches()
@@ -148,6 +150,8 @@ def _probe_client(url: str, options: Mapping[str, Any]) -> Any:
     from redis.retry import Retry
 
     kwargs = {k: v for k, v in options.items() if k != "db"}
+    if uses_tls(url):  # the entry's own ssl_* options win
+        kwargs = {**ssl_options(), **kwargs}
     return redis.Redis.from_url(
         _without_db(url), socket_timeout=PROBE_TIMEOUT, socket_connect_timeout=PROBE_TIMEOUT,
         retry=Retry(NoBackoff(), 0), single_connection_client=True, **kwargs,
@@ -158,6 +162,8 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
     """(display name, client factory) of every server behind ``target``."""
     parsed = parse_url(target.connection)
     scheme = parsed.scheme
+    tls: dict[str, Any] = {"ssl": True, **ssl_options()} if parsed.tls else {}
+    node_scheme = "rediss" if parsed.tls else "redis"
     if scheme == "redis+cluster":
         from redis.cluster import ClusterNode, RedisCluster
 
@@ -165,12 +171,14 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
         cluster = RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in parsed.hosts],
             socket_timeout=PROBE_TIMEOUT, socket_connect_timeout=PROBE_TIMEOUT, **creds,
+            **tls,
         )
         try:
             nodes = [(n.host, n.port) for n in cluster.get_primaries()]
         finally:
             cluster.close()
-        return [(f"{h}:{p}", _factory(f"redis://{h}:{p}/0", {**target.options, **creds}))
+        return [(f"{h}:{p}", _factory(f"{node_scheme}://{h}:{p}/0",
+                                      {**target.options, **creds}))
                 for h, p in nodes]
     if scheme == "redis+sentinel" or target.sentinels:
         from redis.sentinel import Sentinel
@@ -186,13 +194,13 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
         timeouts = {"socket_timeout": PROBE_TIMEOUT, "socket_connect_timeout": PROBE_TIMEOUT}
         sentinel_password = parsed.query.get("sentinel_password")
         sentinel = Sentinel(hosts, sentinel_kwargs={
-            **timeouts, **({"password": sentinel_password} if sentinel_password else {})},
-            **timeouts)
+            **timeouts, **tls,
+            **({"password": sentinel_password} if sentinel_password else {})}, **timeouts)
         host, port = sentinel.discover_master(service)
         for client in sentinel.sentinels:
             client.close()
         return [(f"{host}:{port} (master of {service!r})",
-                 _factory(f"redis://{host}:{port}/0", options))]
+                 _factory(f"{node_scheme}://{host}:{port}/0", options))]
     return [(target.endpoint, _factory(target.connection, target.options))]
 
 
@@ -232,7 +240,7 @@ def probe(target: Target) -> list[ServerFacts]:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    return redact_text(f"{type(exc).__name__}: {exc}".strip().rstrip(":"))
 
 
 @dataclass

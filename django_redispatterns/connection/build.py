@@ -16,6 +16,7 @@ from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
+from .tls import ssl_options
 from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
@@ -157,6 +158,8 @@ def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None
     if parsed.scheme not in ("redis", "rediss", "unix"):
         raise ConfigurationError(
             f"Unsupported Redis URL scheme {parsed.scheme!r} in {redact(url)!r}.")
+    if parsed.tls:
+        options.update(ssl_options())
     module: Any = redis.asyncio if asyncio_client else redis
     return module.Redis.from_url(url, **options)
 
@@ -172,6 +175,10 @@ def _sentinel_master(parsed: ParsedURL, options: dict[str, Any], asyncio_client:
     sentinel_kwargs = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout")}
     if "sentinel_password" in parsed.query:
         sentinel_kwargs["password"] = parsed.query["sentinel_password"]
+    if parsed.tls:  # the sentinels and the servers they name
+        tls = {"ssl": True, **ssl_options()}
+        sentinel_kwargs.update(tls)
+        options = {**options, **tls}
     manager_class: Any = sentinel.AsyncFollowingSentinel if asyncio_client else (
         sentinel.FollowingSentinel)
     manager = manager_class(list(parsed.hosts), sentinel_kwargs=sentinel_kwargs, **options)
@@ -190,6 +197,13 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
     # run. Redirects (MOVED/ASK/TRYAGAIN) are not retries and are still followed.
     kwargs = {k: v for k, v in options.items()
               if k not in ("retry", "retry_on_error", "retry_on_timeout")}
+    if parsed.tls:
+        kwargs.update(ssl=True, **ssl_options())
+        if asyncio_client and "ssl_password" in kwargs and not _async_cluster_takes_password():
+            raise ConfigurationError(
+                "The installed redis-py's asyncio Cluster client cannot decrypt a client key: "
+                "give REDIS_PATTERNS['TLS'] an unencrypted KEYFILE (and no KEY_PASSWORD) "
+                "for rediss+cluster:// connections used from async code.")
     if redis.VERSION < (6,):  # before 6, this count (not ``retry``) drives cluster re-sends
         # redis-py 5's asyncio pipeline makes range(count) attempts, so it needs 1 (which
         # lets a single asyncio command be re-sent once there; scripts are safe from it).
@@ -210,6 +224,14 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
 
     nodes = [ClusterNode(h, p) for h, p in parsed.hosts]
     return _SyncCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **creds, **kwargs)
+
+
+def _async_cluster_takes_password() -> bool:
+    import inspect
+
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    return "ssl_password" in inspect.signature(AsyncRedisCluster.__init__).parameters
 
 
 class _SyncCluster(RedisCluster):

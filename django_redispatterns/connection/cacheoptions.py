@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..exceptions import ConfigurationError
-from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, redact
+from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, plain_scheme, redact
 
 # Every option django-redis (5.4 to 7) reads from a cache's OPTIONS.
 DJANGO_REDIS_OPTIONS = frozenset({
@@ -139,10 +139,11 @@ def named_db(url: str) -> int | None:
     query = parse_qs(parts.query)
     if "db" in query:
         return int(query["db"][-1])
-    if parts.scheme == CLUSTER_SCHEME:
+    scheme = plain_scheme(parts.scheme)
+    if scheme == CLUSTER_SCHEME:
         return 0
     segments = [p for p in parts.path.split("/") if p]
-    if parts.scheme == SENTINEL_SCHEME:
+    if scheme == SENTINEL_SCHEME:
         segments = segments[1:]
     elif parts.scheme == "unix":
         return None
@@ -155,13 +156,14 @@ def with_db(url: str, db: int, *, strict: bool) -> str:
     named = named_db(url)
     if named is not None:
         if named != db and strict:
-            only = " (Redis Cluster has only database 0)" if url.startswith(CLUSTER_SCHEME) else ""
+            only = (" (Redis Cluster has only database 0)"
+                    if plain_scheme(url.split("://", 1)[0]) == CLUSTER_SCHEME else "")
             raise ConfigurationError(
                 f"CACHES OPTIONS['db'] is {db} but LOCATION {redact(url)!r} names database "
                 f"{named}{only}; keep one of the two.")
         return url
     base, _, query = url.partition("?")
-    scheme = url.split("://", 1)[0]
+    scheme = plain_scheme(url.split("://", 1)[0])
     if scheme in ("redis", "rediss") and urlsplit(base).path in ("", "/"):
         return f"{base.rstrip('/')}/{db}" + (f"?{query}" if query else "")
     if scheme == SENTINEL_SCHEME and len([p for p in urlsplit(base).path.split("/") if p]) == 1:

@@ -10,7 +10,8 @@ from django_redis.pool import SentinelConnectionFactory as DjangoRedisSentinelFa
 
 from .build import default_timeouts, from_url, is_cluster
 from .sentinel import FollowingSentinel
-from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME
+from .tls import with_tls_pool_kwargs
+from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, plain_scheme
 
 
 class ConnectionFactory:
@@ -26,9 +27,12 @@ class ConnectionFactory:
         }}
 
     Plain ``redis://``/``rediss://``/``unix://`` locations go to django-redis's own
-    factory (pools, parser and every option unchanged). Cluster and Sentinel clients are
-    built like the ones ``REDIS_PATTERNS`` URLs give (no re-send after a timeout; Sentinel
-    clients follow a failover) and shared per process and location;
+    factory (pools, parser and every option unchanged; a ``rediss://`` one gets the
+    ``REDIS_PATTERNS["TLS"]`` certificates unless its pool keywords name its own).
+    ``rediss+cluster://`` and ``rediss+sentinel://`` are the TLS forms. Cluster and
+    Sentinel clients are built like the ones ``REDIS_PATTERNS`` URLs give (no re-send
+    after a timeout; Sentinel clients follow a failover) and shared per process and
+    location;
     ``SOCKET_TIMEOUT``/``SOCKET_CONNECT_TIMEOUT`` come from the cache's ``OPTIONS``, else
     from ``REDIS_PATTERNS``.
     """
@@ -42,11 +46,11 @@ class ConnectionFactory:
         self.options = options
 
     def connect(self, url: str) -> Any:
-        scheme = urlsplit(url).scheme
+        scheme = plain_scheme(urlsplit(url).scheme)
         if scheme not in (SENTINEL_SCHEME, CLUSTER_SCHEME):
             from django_redis.pool import ConnectionFactory as DjangoRedisFactory
 
-            return DjangoRedisFactory(self.options).connect(url)
+            return DjangoRedisFactory(with_tls_pool_kwargs(url, self.options)).connect(url)
         timeouts = default_timeouts()
         for option, name in (("SOCKET_TIMEOUT", "socket_timeout"),
                              ("SOCKET_CONNECT_TIMEOUT", "socket_connect_timeout")):

@@ -2,7 +2,8 @@
 
 :func:`parse_url` reads every form the app accepts (``redis://``, ``rediss://``,
 ``unix://``, ``redis+sentinel://host:port[,host:port]/service[/db]``,
-``redis+cluster://host:port[,host:port]``); :func:`redact` is the one way a URL is shown
+``redis+cluster://host:port[,host:port]``, and ``rediss+sentinel://``/``rediss+cluster://``
+for their TLS forms); :func:`redact` is the one way a URL is shown
 to a person (command output, check messages, exceptions, logs), and :func:`redact_text`
 applies it to every URL inside a message (an exception's text, say).
 """
@@ -26,7 +27,8 @@ _URL_IN_TEXT = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ParsedURL:
-    """The parts of a connection URL the app uses."""
+    """The parts of a connection URL the app uses. ``scheme`` is the plain form
+    (``redis+sentinel`` for ``rediss+sentinel`` too); ``tls`` says whether TLS was asked for."""
 
     scheme: str
     hosts: tuple[tuple[str, int], ...]
@@ -34,6 +36,7 @@ class ParsedURL:
     password: str | None = None
     path: tuple[str, ...] = ()  # the non-empty path segments
     query: Mapping[str, str] = field(default_factory=dict)  # last value of each parameter
+    tls: bool = False
 
     @property
     def credentials(self) -> dict[str, Any]:
@@ -49,6 +52,8 @@ class ParsedURL:
 def parse_url(url: str) -> ParsedURL:
     """The scheme, hosts (several for Sentinel and Cluster), credentials, path and query."""
     scheme, rest = url.split("://", 1) if "://" in url else ("", url)
+    tls = scheme.startswith("rediss")
+    scheme = plain_scheme(scheme)
     authority, tail = _split_authority(rest)
     userinfo, _, hostlist = authority.rpartition("@")
     user, _, password = userinfo.partition(":")
@@ -62,7 +67,13 @@ def parse_url(url: str) -> ParsedURL:
         password=unquote(password) or None,
         path=tuple(p for p in parts.path.split("/") if p),
         query=dict(parse_qsl(parts.query)),
+        tls=tls,
     )
+
+
+def plain_scheme(scheme: str) -> str:
+    """``rediss+sentinel`` -> ``redis+sentinel`` (and the Cluster form); others unchanged."""
+    return "redis" + scheme[len("rediss"):] if scheme.startswith("rediss+") else scheme
 
 
 def redact(url: str) -> str:
