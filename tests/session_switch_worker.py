@@ -4,9 +4,9 @@ Run as ``python tests/session_switch_worker.py '<json options>'`` (a file path, 
 checkout is not on ``sys.path``: in the previous release's venv, the installed release is
 imported). Options: ``engine`` (SESSION_ENGINE), ``redis_url``, ``db`` (a SQLite file
 shared by the fleet), ``key_prefix``, ``cache_prefix`` and optionally ``sessions`` (the
-``REDIS_PATTERNS['SESSIONS']`` section) and ``cache_url`` (the session cache's location, when
-not ``redis_url``). Then it reads one JSON request a line from stdin and answers one JSON
-line: ``{"method", "path", "data", "cookie"}`` -> ``{"status", "body", "cookie"}``, where
+``REDIS_PATTERNS['SESSIONS']`` section), ``cache_url`` (the session cache's location, when
+not ``redis_url``) and ``apps`` (more INSTALLED_APPS). Then it reads one JSON request a
+line from stdin and answers one JSON line: ``{"method", "path", "data", "cookie"}`` -> ``{"status", "body", "cookie"}``, where
 ``cookie`` is the session cookie sent back (``""``: deleted, absent: unchanged).
 """
 
@@ -30,7 +30,7 @@ def configure(options: dict[str, Any]) -> None:
         USE_TZ=True,
         ROOT_URLCONF=__name__,
         INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes",
-                        "django.contrib.sessions"],
+                        "django.contrib.sessions", *options.get("apps", [])],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": options["db"],
                                "OPTIONS": {"timeout": 30}}},
         CACHES={"default": {

@@ -28,6 +28,19 @@ OURS = "django_redispatterns.sessions"
 DJANGO_ENGINES = ["django.contrib.sessions.backends.cache",
                   "django.contrib.sessions.backends.cached_db",
                   "django.contrib.sessions.backends.db"]
+
+
+def _installed(module: str, project: str) -> Any:
+    try:
+        __import__(module.partition(".")[0])
+    except ImportError:
+        return pytest.param(module, marks=pytest.mark.skip(reason=f"{project} not installed"))
+    return module
+
+
+# django-redis-sessions and django-user-sessions (the `test` extra installs both).
+OTHER_ENGINES = [_installed("redis_sessions.session", "django-redis-sessions"),
+                 _installed("user_sessions.backends.db", "django-user-sessions")]
 # The previous release: tag v0.1.0.
 PREVIOUS_RELEASE = "984a4a9b55ebab6f899070712bfdd3f0e1e8fe13"
 PREVIOUS_VENV = ROOT / ".cache" / "previous-release-venv"
@@ -104,9 +117,11 @@ def start(tmp_path: Path, redis_url: str) -> Iterator[Start]:
 
     def _start(engine: str, sessions: dict[str, Any] | None = None,
                python: str | None = None) -> Process:
+        previous = (sessions or {}).get("PREVIOUS_ENGINE") or ""
         options = {"engine": engine, "redis_url": redis_url, "db": str(tmp_path / "db.sqlite3"),
                    "key_prefix": KEY_PREFIX, "cache_prefix": CACHE_PREFIX,
-                   "sessions": sessions, "user": "alice"}
+                   "sessions": sessions, "user": "alice",
+                   "apps": ["user_sessions"] if "user_sessions" in engine + previous else []}
         process = Process(python or sys.executable, options,
                           tmp_path / f"worker-{len(processes)}.log")
         processes.append(process)
@@ -121,7 +136,7 @@ def switching(engine: str, mode: str = "primary") -> dict[str, Any]:
     return {"PREVIOUS_ENGINE": engine, "PREVIOUS_ENGINE_MODE": mode}
 
 
-@pytest.mark.parametrize("engine", DJANGO_ENGINES)
+@pytest.mark.parametrize("engine", DJANGO_ENGINES + OTHER_ENGINES)
 def test_read_through_moves_a_signed_in_session_and_keeps_it(start: Start, engine: str) -> None:
     old = start(engine)
     browser = Browser()
@@ -144,7 +159,7 @@ def test_read_through_moves_a_signed_in_session_and_keeps_it(start: Start, engin
     assert new.send({"path": "/sessions/", "cookie": browser.cookie})["body"]["count"] == 1
 
 
-@pytest.mark.parametrize("engine", DJANGO_ENGINES)
+@pytest.mark.parametrize("engine", DJANGO_ENGINES + OTHER_ENGINES)
 def test_alternating_old_and_new_processes_lose_nothing(start: Start, engine: str) -> None:
     old = start(engine)
     new = start(OURS, switching(engine))

@@ -193,7 +193,9 @@ def save(store: SessionStore, engine: type[SessionBase], data: dict[str, Any],
     """``store.save()`` while the previous engine is primary: written there, mirrored here."""
     old: SessionBase = (store._previous if store._previous is not None
                         else engine(store.session_key))
-    old._session_cache = data  # type: ignore[attr-defined]
+    old._session_cache = {}  # type: ignore[attr-defined]
+    for name, value in data.items():  # item by item: an engine may watch (user-sessions)
+        old[name] = value
     try:
         old.save(must_create=must_create)
     except Exception as exc:
