@@ -6,8 +6,8 @@ imported). Options: ``engine`` (SESSION_ENGINE), ``redis_url``, ``db`` (a SQLite
 shared by the fleet), ``key_prefix``, ``cache_prefix`` and optionally ``sessions`` (the
 ``REDIS_PATTERNS['SESSIONS']`` section), ``cache_url`` (the session cache's location, when
 not ``redis_url``) and ``apps`` (more INSTALLED_APPS). Then it reads one JSON request a
-line from stdin and answers one JSON line: ``{"method", "path", "data", "cookie"}`` -> ``{"status", "body", "cookie"}``, where
-``cookie`` is the session cookie sent back (``""``: deleted, absent: unchanged).
+line from stdin and answers one JSON line: ``{"method", "path", "data", "cookie"}`` ->
+``{"status", "body", "cookie"}``, where ``cookie`` is the session cookie sent back (``""``: deleted, absent: unchanged).
 """
 
 from __future__ import annotations
