@@ -7,7 +7,8 @@ shared by the fleet), ``key_prefix``, ``cache_prefix`` and optionally ``sessions
 ``REDIS_PATTERNS['SESSIONS']`` section), ``cache_url`` (the session cache's location, when
 not ``redis_url``) and ``apps`` (more INSTALLED_APPS). Then it reads one JSON request a
 line from stdin and answers one JSON line: ``{"method", "path", "data", "cookie"}`` ->
-``{"status", "body", "cookie"}``, where ``cookie`` is the session cookie sent back (``""``: deleted, absent: unchanged).
+``{"status", "body", "cookie"}``, where ``cookie`` is the session cookie sent back
+(``""``: deleted, absent: unchanged).
 """
 
 from __future__ import annotations
