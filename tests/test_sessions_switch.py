@@ -9,6 +9,7 @@ requests to one process and then another, as a load balancer would.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
@@ -227,27 +228,35 @@ def previous_release() -> str:
     file), so only the package itself is the previous release's.
     """
     python = PREVIOUS_VENV / "bin" / "python"
-    stamp = PREVIOUS_VENV / f".installed-{PREVIOUS_RELEASE}"
-    if not stamp.exists():
-        steps = [
-            [sys.executable, "-m", "venv", "--clear", str(PREVIOUS_VENV)],
-            [str(python), "-c", "import site, sys; open(site.getsitepackages()[0] + "
-             "'/_deps.pth', 'w').write(sys.argv[1])", _purelib()],
-            [str(python), "-m", "pip", "install", "--quiet", "--no-deps",
-             f"git+file://{ROOT}@{PREVIOUS_RELEASE}"],
-        ]
-        for step in steps:
-            result = subprocess.run(step, capture_output=True, text=True, timeout=300)
-            if result.returncode != 0:
-                pytest.skip(f"cannot install the previous release ({step[-1]}): "
-                            f"{result.stderr[-800:]}")
-        stamp.touch()
+    PREVIOUS_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(PREVIOUS_VENV.parent / "previous-release.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one xdist worker builds, the others wait
+        _build_previous_release(python)
     version = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; "
          "print(m.version('django-redispatterns'))"],
         capture_output=True, text=True, cwd="/", check=True).stdout.strip()
     assert version == "0.1.0"
     return str(python)
+
+
+def _build_previous_release(python: Path) -> None:
+    stamp = PREVIOUS_VENV / f".installed-{PREVIOUS_RELEASE}"
+    if stamp.exists():
+        return
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(PREVIOUS_VENV)],
+        [str(python), "-c", "import site, sys; open(site.getsitepackages()[0] + "
+         "'/_deps.pth', 'w').write(sys.argv[1])", _purelib()],
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps",
+         f"git+file://{ROOT}@{PREVIOUS_RELEASE}"],
+    ]
+    for step in steps:
+        result = subprocess.run(step, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            pytest.skip(f"cannot install the previous release ({step[-1]}): "
+                        f"{result.stderr[-800:]}")
+    stamp.touch()
 
 
 def _purelib() -> str:

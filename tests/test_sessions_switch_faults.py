@@ -6,6 +6,7 @@ here, a session written before records had a format version, and settings that c
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -19,9 +20,15 @@ from django.test import override_settings
 
 from django_redispatterns.conf import build_config
 from django_redispatterns.exceptions import ConfigurationError
-from django_redispatterns.sessions import SessionStore, SessionStoreUnavailable
+from django_redispatterns.sessions import (
+    SessionStore,
+    SessionStoreUnavailable,
+    logout_everywhere,
+    user_sessions,
+)
 from django_redispatterns.sessions.keyspace import keys_of
 from django_redispatterns.sessions.previous import adopted_key
+from tests.compat import requires_django_5
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_client")]
 
@@ -141,3 +148,43 @@ def test_a_record_without_a_format_version_is_read(redis_client: Any) -> None:
     assert store.session_key is not None
     redis_client.hdel(keys_of(store.session_key)[0], "v")
     assert SessionStore(store.session_key).load()[SESSION_KEY] == "3"
+
+
+@requires_django_5  # SessionBase's async API
+@pytest.mark.django_db(transaction=True)  # the previous engine is read from another thread
+@pytest.mark.parametrize("mode", ["primary", "read-through"])
+def test_the_async_api_switches_too(mode: str) -> None:
+    key = signed_in(DbStore)
+
+    async def scenario() -> tuple[str | None, str]:
+        store = SessionStore(key)
+        assert await store.aget("data") == "kept"
+        await store.aset("data", "async")
+        await store.asave()
+        again = SessionStore(store.session_key)
+        return store.session_key, await again.aget("data")
+
+    with switching(DB, mode):
+        session_key, data = asyncio.run(scenario())
+        assert data == "async"
+        assert (session_key == key) is (mode == "primary")
+        assert len(user_sessions("7")) == 1
+
+
+def test_switching_on_a_cluster(cluster_settings: str) -> None:
+    """The copy, the move and the cutoff each touch one user's slot only."""
+    keys = [signed_in(DbStore, user_id) for user_id in ("1", "2", "3")]
+    with switching(DB, "primary"):
+        for key in keys:
+            store = SessionStore(key)
+            store["data"] = "copied"
+            store.save()
+        assert [len(user_sessions(u)) for u in ("1", "2", "3")] == [1, 1, 1]
+        revoked = logout_everywhere("2")
+        assert (int(revoked), revoked.complete) == (1, False)
+        assert SessionStore(keys[1]).load() == {}
+    with switching(DB, "read-through"):
+        moved = SessionStore(keys[0])
+        assert moved.load()["data"] == "copied"
+        assert moved.session_key == adopted_key(keys[0], "1")
+        assert [len(user_sessions(u)) for u in ("1", "2", "3")] == [1, 0, 1]
