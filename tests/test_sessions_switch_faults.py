@@ -64,6 +64,12 @@ def test_settings_that_cannot_work_are_refused(section: dict[str, Any], message:
         build_config({"SESSIONS": section})
 
 
+def test_a_previous_engine_that_does_not_import_is_named() -> None:
+    refused = pytest.raises(ConfigurationError, match="not a session engine")
+    with switching("no.such.engine"), refused:
+        SessionStore("a" * 32).load()
+
+
 def test_until_is_parsed_to_an_aware_datetime() -> None:
     config = build_config({"SESSIONS": {"PREVIOUS_ENGINE": CACHE,
                                         "PREVIOUS_ENGINE_UNTIL": "2030-01-01T00:00:00+00:00"}})

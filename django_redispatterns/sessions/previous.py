@@ -36,6 +36,7 @@ from django.contrib.sessions.backends.base import CreateError, SessionBase, Upda
 
 from .. import keys, scripts
 from ..conf import get_config
+from ..exceptions import ConfigurationError
 from .codec import serialize, sign_session
 from .keyspace import UNAVAILABLE, client, cutoff_key, is_ours, keys_of, user_tag
 
@@ -77,7 +78,12 @@ def primary(session_key: str | None) -> type[SessionBase] | None:
 
 @functools.lru_cache(maxsize=8)
 def _engine(path: str) -> type[SessionBase]:
-    engine: type[SessionBase] = import_module(path).SessionStore
+    try:
+        engine: type[SessionBase] = import_module(path).SessionStore
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"REDIS_PATTERNS['SESSIONS']['PREVIOUS_ENGINE'] = {path!r} is not a session "
+            f"engine with a SessionStore: {exc}") from exc
     return engine
 
 
