@@ -111,26 +111,35 @@ class Browser:
 Start = Callable[..., Process]
 
 
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Process], Path]]:
+    """The processes started so far, by settings: each starts once per module (a Django
+    process takes seconds to start on a busy machine); they share one database."""
+    processes: dict[str, Process] = {}
+    yield processes, tmp_path_factory.mktemp("fleet")
+    for process in processes.values():
+        process.stop()
+
+
 @pytest.fixture
-def start(tmp_path: Path, redis_url: str) -> Iterator[Start]:
-    """Start a process of the fleet: ``start(engine, sessions=None, python=None)``."""
-    processes: list[Process] = []
+def start(fleet: tuple[dict[str, Process], Path], redis_url: str) -> Start:
+    """A process of the fleet: ``start(engine, sessions=None, python=None)``."""
+    processes, folder = fleet
 
     def _start(engine: str, sessions: dict[str, Any] | None = None,
                python: str | None = None) -> Process:
-        previous = (sessions or {}).get("PREVIOUS_ENGINE") or ""
-        options = {"engine": engine, "redis_url": redis_url, "db": str(tmp_path / "db.sqlite3"),
-                   "key_prefix": KEY_PREFIX, "cache_prefix": CACHE_PREFIX,
-                   "sessions": sessions, "user": "alice",
-                   "apps": ["user_sessions"] if "user_sessions" in engine + previous else []}
-        process = Process(python or sys.executable, options,
-                          tmp_path / f"worker-{len(processes)}.log")
-        processes.append(process)
-        return process
+        spec = json.dumps([engine, sessions, python])
+        if spec not in processes:
+            previous = (sessions or {}).get("PREVIOUS_ENGINE") or ""
+            options = {"engine": engine, "redis_url": redis_url,
+                       "db": str(folder / "db.sqlite3"), "key_prefix": KEY_PREFIX,
+                       "cache_prefix": CACHE_PREFIX, "sessions": sessions, "user": "alice",
+                       "apps": ["user_sessions"] if "user_sessions" in engine + previous else []}
+            processes[spec] = Process(python or sys.executable, options,
+                                      folder / f"worker-{len(processes)}.log")
+        return processes[spec]
 
-    yield _start
-    for process in processes:
-        process.stop()
+    return _start
 
 
 def switching(engine: str, mode: str = "primary") -> dict[str, Any]:
