@@ -194,3 +194,17 @@ def test_switching_on_a_cluster(cluster_settings: str) -> None:
         assert moved.load()["data"] == "copied"
         assert moved.session_key == adopted_key(keys[0], "1")
         assert [len(user_sessions(u)) for u in ("1", "2", "3")] == [1, 0, 1]
+
+
+@pytest.mark.parametrize("engine", [DB, CACHE])
+def test_a_moved_session_that_ended_does_not_come_back_by_the_old_cookie(engine: str) -> None:
+    key = signed_in(DbStore if engine == DB else CacheStore)
+    with switching(engine):
+        moved = SessionStore(key)
+        assert moved.load()["data"] == "kept"
+        moved.flush()  # a log-out on the moved session
+        late = SessionStore(key)  # someone still holding the old cookie
+        assert late.load() == {}
+        assert late.session_key is None
+    old = (DbStore if engine == DB else CacheStore)(key)
+    assert SESSION_KEY not in old.load(), "the previous engine keeps no signed-in copy"

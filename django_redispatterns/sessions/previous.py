@@ -13,7 +13,8 @@ previous engine (Django's ``cache``, ``cached_db`` or ``db`` engine, django-redi
   moved here on first use, under a key derived from the old one by keyed hash (no old key,
   no user id in a key name; the same old cookie always moves to the same key, so a move
   repeated by a concurrent request keeps what was written since), and the cookie is
-  reissued. The old record is left to expire: a rollback still finds it.
+  reissued. The old record keeps only a marker naming the user: a request still carrying
+  the old cookie finds the moved session, and nothing once that session has ended.
 
 :func:`logout_everywhere` deletes the user's copies here and stamps a cutoff; a previous
 engine's session of that user loaded here afterwards is ended (deleted there as well) unless
@@ -46,6 +47,8 @@ SessionStore = Any
 logger = logging.getLogger("django_redispatterns.sessions")
 
 PRIMARY, READ_THROUGH = "primary", "read-through"
+# What a moved session leaves in the previous engine: its user id ("" when anonymous).
+MOVED = "_redispatterns_moved"
 _DOWN: tuple[type[BaseException], ...] = (*UNAVAILABLE, OSError)
 
 
@@ -135,6 +138,11 @@ def load(store: SessionStore, engine: type[SessionBase], mode: str) -> dict[str,
     if old.session_key is None or not data:
         store._session_key = None
         return {}
+    if MOVED in data:  # moved here before: the old record only says where to
+        store._session_key = adopted_key(old_key, data[MOVED] or None)
+        moved_data: dict[str, Any] = store.load()  # the key is ours now: this engine's load
+        store.modified = bool(moved_data)  # reissue the cookie
+        return moved_data
     user_id = _user_id(data)
     try:
         if user_id is not None and _cut_off(old_key, user_id):
@@ -152,9 +160,23 @@ def load(store: SessionStore, engine: type[SessionBase], mode: str) -> dict[str,
         raise store._unavailable(exc, action="load") from exc
     if moved != 1:  # moved before (a concurrent request): what is here is newer
         data = store._decode_or_none(moved) or {}
+    else:
+        _mark_moved(old, user_id)
     store._session_key = new_key
     store.modified = True  # the cookie is reissued with the new key
     return data
+
+
+def _mark_moved(old: SessionBase, user_id: str | None) -> None:
+    """Replace the previous engine's data by a marker naming the user, so that the old
+    cookie keeps finding the moved session, and only it: once that ends (a log-out, a
+    ``logout_everywhere``), the old cookie cannot bring the session back."""
+    old._session_cache = {}  # type: ignore[attr-defined]
+    old[MOVED] = user_id or ""
+    try:
+        old.save()
+    except Exception as exc:  # the move stands; only the old cookie's way back stays open
+        logger.warning("a moved session could not be marked in the previous engine: %s", exc)
 
 
 def _cut_off(old_key: str, user_id: str) -> bool:
