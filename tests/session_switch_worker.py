@@ -83,6 +83,15 @@ def listed(request: Any) -> Any:
     return JsonResponse({"count": len(user_sessions(request.user))})
 
 
+def where(request: Any) -> Any:
+    """Where this process imports this package from (the previous release's venv or not)."""
+    from django.http import JsonResponse
+
+    import django_redispatterns
+
+    return JsonResponse({"file": django_redispatterns.__file__})
+
+
 def urls() -> list[Any]:
     from django.urls import path
 
@@ -92,7 +101,7 @@ def urls() -> list[Any]:
 
     return [path("whoami/", whoami), path("write/<str:value>/", write),
             path("login/", do_login), path("everywhere/", everywhere),
-            path("sessions/", listed)]
+            path("sessions/", listed), path("where/", where)]
 
 
 def serve(options: dict[str, Any]) -> None:

@@ -287,6 +287,8 @@ def test_previous_release_and_this_one_share_sessions(start: Start,
                                                       previous_release: str) -> None:
     previous = start(OURS, python=previous_release)
     current = start(OURS)
+    where = previous.send({"path": "/where/"})["body"]["file"]
+    assert str(PREVIOUS_VENV) in where, f"the previous process runs {where}"
     browser = Browser()
     browser.login(previous)
     browser.request(previous, "/write/v010/")
