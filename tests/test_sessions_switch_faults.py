@@ -7,6 +7,7 @@ here, a session written before records had a format version, and settings that c
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -208,3 +209,35 @@ def test_a_moved_session_that_ended_does_not_come_back_by_the_old_cookie(engine:
         assert late.session_key is None
     old = (DbStore if engine == DB else CacheStore)(key)
     assert SESSION_KEY not in old.load(), "the previous engine keeps no signed-in copy"
+
+
+def test_concurrent_first_requests_move_a_session_once() -> None:
+    """Requests racing with one old cookie (real threads) all land on one moved session."""
+    key = signed_in(CacheStore)
+    barrier = threading.Barrier(6)
+    landed: list[str | None] = []
+    errors: list[BaseException] = []
+
+    def request(number: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            store = SessionStore(key)
+            store.load()
+            store[f"t{number}"] = True
+            store.save()
+            landed.append(store.session_key)
+        except BaseException as exc:  # reported below, with the thread's own error
+            errors.append(exc)
+
+    with switching(CACHE):
+        threads = [threading.Thread(target=request, args=(n,)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == []
+        assert set(landed) == {adopted_key(key, "7")}
+        moved = SessionStore(adopted_key(key, "7")).load()
+        assert moved["data"] == "kept"
+        assert any(f"t{n}" in moved for n in range(6))
+        assert len(user_sessions("7")) == 1
