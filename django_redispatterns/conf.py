@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -98,6 +99,16 @@ SCHEMA: dict[str, Any] = {
         # Add the "Log out everywhere" action to the user admin (needs the
         # django_redispatterns.contrib.devices app installed).
         "ADMIN_LOGOUT_ACTION": ((bool,), False),
+        # Switching from another session engine (docs/migration.md): its dotted path, e.g.
+        # "django.contrib.sessions.backends.cache"; None: none (a foreign cookie is a miss).
+        "PREVIOUS_ENGINE": (_optional_str, None),
+        # "primary": old processes still serve, sessions stay in the previous engine and are
+        # mirrored into the per-user index; "read-through": ours holds them, a previous
+        # engine's session is moved here on first use.
+        "PREVIOUS_ENGINE_MODE": ((str,), "primary"),
+        # An aware datetime (or ISO 8601 text with an offset) after which the previous engine
+        # is no longer read; None: no end.
+        "PREVIOUS_ENGINE_UNTIL": ((str, datetime, type(None)), None),
     },
 }
 
@@ -242,11 +253,41 @@ def _validate_tls(tls: Mapping[str, Any]) -> None:
                                  f"{path}['CERTFILE']/['KEYFILE'] to decrypt.")
 
 
+def _validate_previous_engine(sessions: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The SESSIONS section with PREVIOUS_ENGINE_UNTIL parsed to an aware datetime."""
+    name = f"{SETTING_NAME}['SESSIONS']"
+    mode = sessions["PREVIOUS_ENGINE_MODE"]
+    if mode not in ("primary", "read-through"):
+        raise ConfigurationError(
+            f"{name}['PREVIOUS_ENGINE_MODE'] must be 'primary' or 'read-through', got {mode!r}."
+        )
+    engine = sessions["PREVIOUS_ENGINE"]
+    if engine is not None and engine.startswith("django_redispatterns.sessions"):
+        raise ConfigurationError(
+            f"{name}['PREVIOUS_ENGINE'] names this engine ({engine!r}); name the one you "
+            "switch from, or None."
+        )
+    until = sessions["PREVIOUS_ENGINE_UNTIL"]
+    if isinstance(until, str):
+        try:
+            until = datetime.fromisoformat(until)
+        except ValueError:
+            raise ConfigurationError(
+                f"{name}['PREVIOUS_ENGINE_UNTIL'] is not an ISO 8601 date/time: {until!r}."
+            ) from None
+    if until is not None and until.utcoffset() is None:
+        raise ConfigurationError(
+            f"{name}['PREVIOUS_ENGINE_UNTIL'] needs a time zone (e.g. '+00:00'), got {until!r}."
+        )
+    return MappingProxyType({**sessions, "PREVIOUS_ENGINE_UNTIL": until})
+
+
 def build_config(raw: Any) -> Config:
     """Validate a ``REDIS_PATTERNS`` value and return its merged :class:`Config`."""
     values = _merge(SETTING_NAME, SCHEMA, raw if raw is not None else {})
     _validate_values(values)
     _validate_tls(values["TLS"])
+    values["SESSIONS"] = _validate_previous_engine(values["SESSIONS"])
     return Config(MappingProxyType(values))
 
 

@@ -1,7 +1,8 @@
 -- session_save: create or update one session and keep its user's index exact, atomically.
 -- Returns 1 when saved, 0 when a create collided or an update found no live session
 -- (an update never recreates a session deleted meanwhile: no resurrection).
--- KEYS[1]: session data (hash: d=data, c=created ms, a=last activity ms, ip, ua, n=create id),
+-- KEYS[1]: session data (hash: d=data, c=created ms, a=last activity ms, ip, ua, n=create id,
+-- v=format version, written on create: 1),
 -- named <...>:s:<sid>; the sid (the index member) is the part after its last ':'.
 -- KEYS[2]: the user's index (zset sid -> expiry ms); same hash tag as KEYS[1].
 -- ARGV[1]: flags: 'c' create (fails when the key exists) or 'u' update (fails when it does
@@ -36,7 +37,7 @@ if ttl <= 0 then
   return 1
 end
 if mode == 'c' then
-  redis.call('HSET', key, 'd', ARGV[2], 'c', now, 'n', nid)
+  redis.call('HSET', key, 'd', ARGV[2], 'c', now, 'n', nid, 'v', '1')
 else
   redis.call('HSET', key, 'd', ARGV[2])
 end

@@ -12,7 +12,7 @@ metadata), :mod:`.runner` (one generator of Redis steps run sync or asyncio), :m
 from __future__ import annotations
 
 from .activity import USER_AGENT_MAX, current_activity
-from .api import SessionInfo, logout_everywhere, revoke_session, user_sessions
+from .api import Revoked, SessionInfo, logout_everywhere, revoke_session, user_sessions
 from .codec import sign_session, unsign_session
 from .engine import SessionStore
 from .keyspace import KEY_RE, UNAVAILABLE, SessionStoreUnavailable, session_handle, user_tag
@@ -21,6 +21,7 @@ __all__ = [
     "KEY_RE",
     "UNAVAILABLE",
     "USER_AGENT_MAX",
+    "Revoked",
     "SessionInfo",
     "SessionStore",
     "SessionStoreUnavailable",

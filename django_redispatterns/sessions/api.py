@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .. import signals
+from .. import scripts, signals
 from ..conf import get_config
-from . import index
+from . import index, previous
 from .engine import SessionStore
 from .keyspace import (
+    HANDLE_RE,
     UNAVAILABLE,
     SessionStoreUnavailable,
     client,
+    cutoff_key,
+    is_ours,
     ms_to_datetime,
     session_handle,
     user_id_of,
@@ -51,6 +54,23 @@ class SessionInfo:
     @property
     def handle(self) -> str:
         return self.session_key
+
+
+class Revoked(int):
+    """How many sessions :func:`logout_everywhere` deleted, and whether that was all.
+
+    ``complete`` is False while a previous session engine is read (``PREVIOUS_ENGINE``):
+    sessions it still holds that were never copied here cannot be found from the user, so
+    they end on their next request to a process of this release (a cutoff is checked on
+    load), and an old process still accepts them until then.
+    """
+
+    complete: bool
+
+    def __new__(cls, count: int, *, complete: bool = True) -> Revoked:
+        revoked = super().__new__(cls, count)
+        revoked.complete = complete
+        return revoked
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -104,8 +124,11 @@ def user_sessions(user: Any, *, current: str | None = None) -> list[SessionInfo]
 
 
 @_redis_required
-def logout_everywhere(user: Any, *, keep: str | None = None) -> int:
+def logout_everywhere(user: Any, *, keep: str | None = None) -> Revoked:
     """Delete every session of ``user`` except ``keep``; return how many were deleted.
+
+    The count is a :class:`Revoked` (an ``int``): its ``complete`` is False while a previous
+    session engine is read, whose sessions of the user end on their next load here.
 
     ``keep`` is a session key (e.g. ``request.session.session_key``) or a handle. Runs in
     batches of 500 (one Lua call each), so a user with thousands of sessions never blocks
@@ -114,8 +137,14 @@ def logout_everywhere(user: Any, *, keep: str | None = None) -> int:
     """
     user_id = user_id_of(user)
     tag = user_tag(user_id)
+    switching = previous.active() is not None
+    if switching and keep and not is_ours(keep) and not HANDLE_RE.fullmatch(keep):
+        keep = previous.adopted_key(keep, user_id)  # the previous engine's key: its copy
     keep_sid = session_handle(keep) if keep else ""
-    deleted = index.revoke_all(client(), tag, keep_sid)
+    if switching:  # before the index: a copy made meanwhile is newer than the cutoff
+        scripts.script("session_cutoff")(client(), [cutoff_key(tag)],
+                                         [previous.cutoff_ttl_ms(), keep_sid])
+    deleted = Revoked(index.revoke_all(client(), tag, keep_sid), complete=not switching)
     logger.info("revoked %d session(s) of user %s", deleted, tag[:12])
     signals.sessions_revoked.send(sender=SessionStore, user_id=user_id, count=deleted,
                                   kept=keep_sid or None)

@@ -16,6 +16,7 @@ import secrets
 from typing import Any, NamedTuple
 
 import redis
+from asgiref.sync import sync_to_async
 from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.backends.base import (
     VALID_KEY_CHARS,
@@ -28,9 +29,11 @@ from django.utils.crypto import get_random_string
 
 from .. import scripts
 from ..conf import get_config
+from . import previous
 from .activity import SessionActivity
 from .codec import deserialize, serialize, sign_session, unsign_session
 from .keyspace import (
+    FORMAT_VERSION,
     UNAVAILABLE,
     SessionStoreUnavailable,
     aclient,
@@ -73,6 +76,7 @@ class SessionStore(SessionActivity, SessionBase):
         self.pending_activity = None
         self.backend_error: BaseException | None = None
         self._saved_state: _State | None = None
+        self._previous: SessionBase | None = None  # the previous engine's copy (.previous)
 
     # -- keys ------------------------------------------------------------------------
 
@@ -98,24 +102,30 @@ class SessionStore(SessionActivity, SessionBase):
     # operations (and a save that moves a session to another user) run as steps (.runner).
 
     def load(self) -> dict[str, Any]:
+        if (engine := previous.holding(self.session_key)) is not None:
+            return previous.load(self, *engine)
         if (hash_key := self._load_target()) is None:
             return {}
         try:
             if self._activity() is None:  # without the activity middleware: the data only
-                return self._loaded(client().hget(hash_key, "d"), None)
-            return self._loaded(*client().hmget(hash_key, ["d", "a"]))
+                raw, version = client().hmget(hash_key, ["d", "v"])
+                return self._loaded(raw, version, None)
+            return self._loaded(*client().hmget(hash_key, ["d", "v", "a"]))
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, action="load") from exc
         except redis.exceptions.ResponseError:
             return self._not_a_session(hash_key)
 
     async def aload(self) -> dict[str, Any]:
+        if (engine := previous.holding(self.session_key)) is not None:
+            return await sync_to_async(previous.load)(self, *engine)
         if (hash_key := self._load_target()) is None:
             return {}
         try:
             if self._activity() is None:
-                return self._loaded(await aclient().hget(hash_key, "d"), None)
-            return self._loaded(*await aclient().hmget(hash_key, ["d", "a"]))
+                raw, version = await aclient().hmget(hash_key, ["d", "v"])
+                return self._loaded(raw, version, None)
+            return self._loaded(*await aclient().hmget(hash_key, ["d", "v", "a"]))
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, action="load") from exc
         except redis.exceptions.ResponseError:
@@ -133,10 +143,12 @@ class SessionStore(SessionActivity, SessionBase):
     def _not_a_session(self, hash_key: str) -> dict[str, Any]:
         security_logger.warning("Session data corrupted (not a session hash): %s",
                                 hash_key.rpartition(":")[2][:12])
-        return self._loaded(None, None)
+        return self._loaded(None, None, None)
 
-    def _loaded(self, raw: bytes | None, activity: bytes | None) -> dict[str, Any]:
-        if raw is None:
+    def _loaded(self, raw: bytes | None, version: bytes | None,
+                activity: bytes | None) -> dict[str, Any]:
+        if raw is None or version not in (None, FORMAT_VERSION):
+            # A miss, or a record of a newer format: never guessed at, left as it is.
             self._session_key = None
             return {}
         session = self._decode_or_none(raw)
@@ -200,6 +212,8 @@ class SessionStore(SessionActivity, SessionBase):
         return self._get_new_session_key()
 
     def create(self) -> None:
+        if (engine := previous.primary(self.session_key)) is not None:
+            return previous.create(self, engine)
         for _ in range(100):  # a collision of 165 random bits is a bug, not bad luck
             self._session_key = self._get_new_session_key()
             try:
@@ -211,6 +225,8 @@ class SessionStore(SessionActivity, SessionBase):
         raise RuntimeError("Unable to create a new session key.")
 
     async def acreate(self) -> None:
+        if (engine := previous.primary(self.session_key)) is not None:
+            return await sync_to_async(previous.create)(self, engine)
         for _ in range(100):
             self._session_key = self._get_new_session_key()
             try:
@@ -222,6 +238,9 @@ class SessionStore(SessionActivity, SessionBase):
         raise RuntimeError("Unable to create a new session key.")
 
     def save(self, must_create: bool = False) -> None:
+        if (engine := previous.primary(self.session_key)) is not None:
+            data = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
+            return previous.save(self, engine, data, must_create)
         if self.session_key is None or (not must_create and not is_ours(self.session_key)):
             return self.create()
         data = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
@@ -238,6 +257,9 @@ class SessionStore(SessionActivity, SessionBase):
         self._saved(saved, must_create, call[2])
 
     async def asave(self, must_create: bool = False) -> None:
+        if (engine := previous.primary(self.session_key)) is not None:
+            data = await self._aget_session(no_load=must_create)  # type: ignore[attr-defined]
+            return await sync_to_async(previous.save)(self, engine, data, must_create)
         if self.session_key is None or (not must_create and not is_ours(self.session_key)):
             return await self.acreate()
         data = await self._aget_session(no_load=must_create)  # type: ignore[attr-defined]
@@ -334,6 +356,8 @@ class SessionStore(SessionActivity, SessionBase):
         if session_key is None:
             session_key = self.session_key
         if not is_ours(session_key):
+            if session_key is not None and (engine := previous.active()) is not None:
+                yield ("call", previous.delete, self, engine[0], session_key)
             return
         assert session_key is not None
         if session_key == self.session_key:

@@ -8,7 +8,9 @@ anonymous session gets a random tag. Redis never sees the key itself, only
 * ``<prefix>:sess:{tag}:s:<sid>`` — a hash: ``d`` the signed data, ``c`` created, ``a`` last
   activity, ``ip``, ``ua``; TTL = expiry age;
 * ``<prefix>:sess:{tag}:u`` — the user's index, a sorted set ``sid -> expiry (ms, within
-  60 s)`` that outlives its longest-lived member by at most 60 s.
+  60 s)`` that outlives its longest-lived member by at most 60 s;
+* ``<prefix>:sess:{tag}:k`` — while a previous session engine is read: when the user's
+  sessions were all ended (ms), so the previous engine's copies end too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from .. import connection, keys
 from ..exceptions import BackendUnavailable
 
 FEATURE = "sess"
+# The format of the session records this release writes (field ``v``; 0.1.0 wrote none).
+# A release that changes the format also renames the data field, so that an older release
+# (which reads ``d`` only) finds no session instead of misreading one.
+FORMAT_VERSION = b"1"
 KEY_RE = re.compile(r"[0-9a-f]{32}[0-9a-z]{32}")
 HANDLE_RE = re.compile(r"[0-9a-f]{32}")
 
@@ -79,6 +85,11 @@ def data_key(tag: str, sid: str) -> str:
 def index_key(tag: str) -> str:
     """The Redis key of a user's index (same hash tag as the user's sessions)."""
     return keys.make_key(FEATURE, "u", tag=tag)
+
+
+def cutoff_key(tag: str) -> str:
+    """The Redis key of a user's "sessions ended at" time (same hash tag as the index)."""
+    return keys.make_key(FEATURE, "k", tag=tag)
 
 
 def keys_of(session_key: str) -> tuple[str, str, str]:

@@ -4,7 +4,9 @@ Each Redis-touching method of the engine is a generator that yields Redis operat
 receives their results; :func:`run` executes them on the sync client and :func:`arun` on the
 asyncio one, so both APIs share every decision. An operation is a client method with a key
 and one more argument, such as ``("hexists", key, field)``, or ``("script", name, keys,
-args)`` or ``("many", [(name, keys, args), ...])`` (one pipeline). ``load()`` and ``save()``,
+args)`` or ``("many", [(name, keys, args), ...])`` (one pipeline), or ``("call", function,
+*args)``: blocking work of another store (the previous session engine), run in a thread
+under asyncio. ``load()`` and ``save()``,
 one command each, call the client directly instead.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import redis
+from asgiref.sync import sync_to_async
 
 from .. import scripts
 from .keyspace import UNAVAILABLE, aclient, client
@@ -26,6 +29,8 @@ OnUnavailable = Callable[[BaseException], BaseException]
 
 def _execute(redis_client: Any, op: Op) -> Any:
     kind = op[0]
+    if kind == "call":
+        return op[1](*op[2:])
     if kind == "script":
         return scripts.script(op[1])(redis_client, op[2], op[3])
     if kind == "many":
@@ -35,6 +40,8 @@ def _execute(redis_client: Any, op: Op) -> Any:
 
 async def _aexecute(redis_client: Any, op: Op) -> Any:
     kind = op[0]
+    if kind == "call":
+        return await sync_to_async(op[1])(*op[2:])
     if kind == "script":
         return await scripts.script(op[1]).acall(redis_client, op[2], op[3])
     if kind == "many":
