@@ -14,7 +14,13 @@ from ..exceptions import ConfigurationError
 
 # The options this backend reads besides django-redis's (the checks refuse any other).
 OWN_OPTIONS = frozenset({"ALLOW_NO_TTL", "TTL_JITTER", "CLEAR_FLUSHDB", "STAMPEDE_LEASE",
-                         "STAMPEDE_WAIT", "STALE_TTL", "XFETCH_BETA", "NEAR_CACHE"})
+                         "STAMPEDE_WAIT", "STALE_TTL", "XFETCH_BETA", "NEAR_CACHE",
+                         "LOCK_KEYS"})
+# OPTIONS["LOCK_KEYS"]: where ``cache.lock(name)`` keeps its lease. "django-redis" (the
+# default): django-redis's own key for ``name`` on the cache's server, so a django-redis
+# process's ``cache.lock(name)`` and ours exclude each other; "patterns": the locks' keys
+# on the locks' connection (the 0.1.0 layout, to keep during an upgrade from 0.1.0).
+LOCK_KEYS = ("django-redis", "patterns")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class CacheOptions:
     jitter: float
     clear_flushdb: bool
     policy: Policy
+    lock_keys: str = LOCK_KEYS[0]
 
 
 def read(options: dict[str, Any]) -> CacheOptions:
@@ -48,6 +55,7 @@ def read(options: dict[str, Any]) -> CacheOptions:
         allow_no_ttl=_option(options, "ALLOW_NO_TTL", False, (bool,)),
         jitter=_option(options, "TTL_JITTER", 0.0, number, minimum=0, maximum=0.9),
         clear_flushdb=_option(options, "CLEAR_FLUSHDB", False, (bool,)),
+        lock_keys=_lock_keys(options.get("LOCK_KEYS", LOCK_KEYS[0])),
         policy=Policy(
             lease=float(lease),
             max_wait=float(_option(options, "STAMPEDE_WAIT", 2 * lease, number, minimum=0)),
@@ -57,6 +65,13 @@ def read(options: dict[str, Any]) -> CacheOptions:
             claim_lease=claim_lease(options.get("SOCKET_TIMEOUT"), float(lease)),
         ),
     )
+
+
+def _lock_keys(value: Any) -> str:
+    if value not in LOCK_KEYS:
+        raise ConfigurationError(f"CACHES OPTIONS['LOCK_KEYS'] must be one of "
+                                 f"{', '.join(map(repr, LOCK_KEYS))}, got {value!r}.")
+    return str(value)
 
 
 def block_cap(socket_timeout: float | None) -> float:
