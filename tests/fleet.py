@@ -49,11 +49,13 @@ class Peer:
 
     @property
     def python(self) -> Path:
-        return self.venv / "bin" / "python"
+        return Path(sys.executable) if self.name == "current" else self.venv / "bin" / "python"
 
     def ensure(self) -> None:
         """Build the venv once (a file lock keeps parallel test workers from racing)."""
         stamp = self.venv / ".built"
+        if self.name == "current":
+            return
         if stamp.exists():
             return
         VENV_DIR.mkdir(parents=True, exist_ok=True)
@@ -92,6 +94,11 @@ class Peer:
         return self.run({}, "from importlib.metadata import version as v\n"
                             "result = {p: v(p) for p in wanted}",
                         wanted=["Django", "redis", "django-redis"])
+
+
+def current() -> Peer:
+    """This checkout, in a process of its own (the test's own interpreter)."""
+    return Peer("current", ())
 
 
 def django_redis_peer(version: str) -> Peer:

@@ -29,7 +29,7 @@ def main():
     django.setup()
     from django.core.cache import caches
 
-    names = dict(request["names"])
+    names = {"__name__": "fleet_snippet", **request["names"]}
     if "CACHES" in request["settings"]:
         names["cache"] = caches["default"]
     try:

@@ -39,7 +39,7 @@ from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
-from .codec import MAGIC_LEN, MISSING, Codec, client_class
+from .codec import MAGIC_LEN, MISSING, Codec, client_class, undecodable
 from .compat import DjangoContract
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
@@ -189,7 +189,11 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         if raw is None:
             return default
         if raw[:MAGIC_LEN] != envelope.MAGIC:  # the hit path: django-redis's own decode
-            return self._plain_decode(dr_client, raw)
+            try:
+                return self._plain_decode(dr_client, raw)
+            except Exception as exc:  # undecodable (truncated, another serializer): a miss
+                undecodable(raw, exc)
+                return default
         return self._codec.visible(raw, default)
 
     def get_many(self, keys: Iterable[Any], version: int | None = None, client: Any = None) -> Any:
