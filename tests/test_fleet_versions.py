@@ -147,18 +147,26 @@ result = [lock.acquire(blocking=False), 0]
 
 
 @pytest.mark.parametrize("code", [LOCK, CACHE_LOCK], ids=["Lock", "cache.lock"])
-def test_locks_exclude_each_other_and_fencing_keeps_rising(fleet: Fleet, code: str) -> None:
-    # Each holder exits while holding: its lease (15 s, longer than a worker's start-up)
-    # ends on its own. Waits are generous (the machine is shared).
-    got, fence = fleet.run("old", code, ttl=15, wait=0)
+def test_locks_exclude_each_other_and_fencing_keeps_rising(fleet: Fleet, server: RedisServer,
+                                                          code: str) -> None:
+    def end_leases() -> None:  # what a holder's lease ending does (it exited holding)
+        conn = server.client()
+        for key in conn.scan_iter(f"{fleet.prefix}:lock:*held*"):
+            conn.delete(key)
+
+    # Each holder exits while holding; its lease (60 s) outlives the next worker's start-up.
+    got, fence = fleet.run("old", code, ttl=60, wait=0)
     assert got
-    assert fleet.run("new", code, ttl=15, wait=0)[0] is False
+    assert fleet.run("new", code, ttl=60, wait=0)[0] is False
     if code is LOCK:
-        got2, fence2 = fleet.run("new", code, ttl=15, wait=60)
+        end_leases()
+        got2, fence2 = fleet.run("new", code, ttl=60, wait=0)
         assert got2 and fence2 > fence
-        assert fleet.run("old", code, ttl=15, wait=0)[0] is False
-        got3, fence3 = fleet.run("old", code, ttl=15, wait=60)
+        assert fleet.run("old", code, ttl=60, wait=0)[0] is False
+        end_leases()
+        got3, fence3 = fleet.run("old", code, ttl=60, wait=0)
         assert got3 and fence3 > fence2
+    end_leases()
 
 
 def test_rate_limit_counters_continue_across_versions(fleet: Fleet) -> None:
