@@ -4,6 +4,6 @@ Import-light on purpose: the cache backend, the session engine and the middlewar
 are named by dotted path in settings, so nothing here touches Django settings.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django_redis.cache import RedisCache as DjangoRedisCache
 from django_redis.client import HerdClient, ShardClient
@@ -39,7 +40,7 @@ from ..exceptions import ConfigurationError
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
-from .codec import MAGIC_LEN, MISSING, Codec, client_class
+from .codec import MAGIC_LEN, MISSING, Codec, client_class, undecodable
 from .compat import DjangoContract
 from .counters import Counters
 from .failures import REDIS_ERRORS, degrade
@@ -74,6 +75,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
     OWN_OPTIONS: frozenset[str] = options.OWN_OPTIONS
 
     def __init__(self, server: str, params: dict[str, Any]) -> None:
+        self._settings_entry = (server, params.get("KEY_PREFIX", ""), params.get("OPTIONS"))
         server, opts = translate(server, params.get("OPTIONS", {}))
         opts = with_tls_pool_kwargs(server, opts)
         params = {**params, "OPTIONS": opts}
@@ -81,6 +83,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         own = options.read(opts)
         self._ttl = TtlPolicy(allow_no_ttl=own.allow_no_ttl, jitter=own.jitter)
         self._clear_flushdb = own.clear_flushdb
+        self._lock_keys = own.lock_keys
         self._options = opts
         # django-redis builds its client from this class (lazily, in its ``client``
         # property, which tests may patch): the same class plus envelope-aware decode.
@@ -188,7 +191,11 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         if raw is None:
             return default
         if raw[:MAGIC_LEN] != envelope.MAGIC:  # the hit path: django-redis's own decode
-            return self._plain_decode(dr_client, raw)
+            try:
+                return self._plain_decode(dr_client, raw)
+            except Exception as exc:  # undecodable (truncated, another serializer): a miss
+                undecodable(raw, exc)
+                return default
         return self._codec.visible(raw, default)
 
     def get_many(self, keys: Iterable[Any], version: int | None = None, client: Any = None) -> Any:
@@ -235,6 +242,14 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
             # Django's algorithm (get, compute, add) for it rather than fail with CROSSSLOT.
             return super().get_or_set(key, default, timeout, version)
         return self._flight.miss(key, nkey, ttl, default, raw)
+
+    def _own_alias(self) -> str | None:
+        """The CACHES alias configured as this backend (its lock connection), if any."""
+        for alias, entry in settings.CACHES.items():
+            if (entry.get("LOCATION", ""), entry.get("KEY_PREFIX", ""),
+                    entry.get("OPTIONS")) == self._settings_entry:
+                return str(alias)
+        return None
 
     def _companion_key(self, nkey: str, kind: str) -> str:
         """The name of cache key ``nkey``'s lock (``kind="lock"``) or wake-up list."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -23,6 +24,16 @@ from .compat import ValidatingKeys
 
 MAGIC_LEN = len(envelope.MAGIC)
 MISSING = object()  # "no value" where None is a value
+logger = logging.getLogger("django_redispatterns.cache")
+
+
+def undecodable(raw: Any, exc: BaseException) -> Any:
+    """A stored value this cache cannot decode (truncated, or written by a process with
+    another serializer or compressor) reads as a miss: logged, never raised, and the
+    next write replaces it."""
+    logger.warning("cache value of %d bytes cannot be decoded (%s: %s); treated as a miss",
+                   len(raw) if isinstance(raw, (bytes, str)) else -1, type(exc).__name__, exc)
+    return MISSING
 
 
 class EnvelopeAwareDecode:
@@ -74,16 +85,24 @@ class Codec:
         return self._owner.client
 
     def plain(self, raw: bytes) -> Any:
-        """A value written by plain ``set()`` (no envelope), decoded as django-redis does."""
-        return self._plain_decode(self._owner.client, raw)
+        """A value written by plain ``set()`` (no envelope), decoded as django-redis does
+        (:data:`MISSING` when it cannot be decoded)."""
+        try:
+            return self._plain_decode(self._owner.client, raw)
+        except Exception as exc:  # any serializer's or compressor's error: a miss
+            return undecodable(raw, exc)
 
     def decode(self, raw: Any) -> Any:
-        """The stored value, or an :class:`envelope.Entry` for ``get_or_set`` values."""
+        """The stored value, or an :class:`envelope.Entry` for ``get_or_set`` values
+        (:data:`MISSING` when it cannot be decoded)."""
         client = self._owner.client
-        if isinstance(raw, bytes) and envelope.is_envelope(raw):
-            header, soft_expiry, delta, payload = envelope.split(raw)
-            return envelope.Entry(client.decode(payload), header, soft_expiry, delta)
-        return client.decode(raw)
+        try:
+            if isinstance(raw, bytes) and envelope.is_envelope(raw):
+                header, soft_expiry, delta, payload = envelope.split(raw)
+                return envelope.Entry(client.decode(payload), header, soft_expiry, delta)
+            return client.decode(raw)
+        except Exception as exc:  # any serializer's or compressor's error: a miss
+            return undecodable(raw, exc)
 
     def value(self, raw: Any) -> Any:
         """The stored value, an envelope unwrapped (for read-modify-write callers)."""
@@ -92,6 +111,8 @@ class Codec:
     def visible(self, raw: Any, default: Any) -> Any:
         """What plain ``get`` returns: an envelope past its soft expiry is a miss."""
         found = self.decode(raw)
+        if found is MISSING:
+            return default
         if isinstance(found, envelope.Entry):
             return default if found.is_stale(time.time()) else found.value
         return found
@@ -111,11 +132,13 @@ class Codec:
         XFetch picked this caller to recompute early)."""
         if raw[:MAGIC_LEN] != envelope.MAGIC:
             return self.plain(raw)
+        if len(raw) < envelope.HEADER_LEN:  # a truncated envelope
+            return MISSING
         soft_expiry, delta = envelope.times(raw)
         now = time.time()
         if now >= soft_expiry or envelope.refresh_early(now, soft_expiry, delta, beta):
             return MISSING
-        return self._plain_decode(self._owner.client, raw[envelope.HEADER_LEN:])
+        return self.plain(raw[envelope.HEADER_LEN:])
 
     def encode(self, value: Any) -> bytes:
         """``value`` serialized (and compressed) as django-redis would, always bytes, even

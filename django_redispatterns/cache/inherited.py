@@ -14,7 +14,9 @@ whole keyspace) and delete by a pattern the key function may have widened to ``*
   :class:`~django_redispatterns.exceptions.MissingTTLError` unless ``ALLOW_NO_TTL``);
   every write restarts the lifetime, as ``set()`` does;
 * ``lock()`` returns a :class:`CacheLock`, this package's leased, fenced
-  :class:`~django_redispatterns.locks.Lock` (default lease ``LOCKS["TTL"]``);
+  :class:`~django_redispatterns.locks.Lock` (default lease ``LOCKS["TTL"]``), kept under
+  django-redis's own key for the name (``OPTIONS["LOCK_KEYS"]``), so a django-redis
+  process and this one exclude each other during a rolling deploy;
 * ``keys()`` walks with ``SCAN``;
 * ``delete_pattern()`` runs only when the cache can prove which keys are its own
   (:mod:`.scope`), like ``clear()``.
@@ -25,6 +27,7 @@ Methods that only read or remove (``srem``, ``spop``, ``hdel``, ``zrem``, ``zpop
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -55,6 +58,10 @@ class Backend(Protocol):
     _ops: RedisOps
     _ttl: TtlPolicy
     _clear_flushdb: bool
+    _lock_keys: str
+    _codec: Any
+
+    def _own_alias(self) -> str | None: ...
 
     def _degraded(self, operation: str, exc: BaseException, fallback: T) -> T: ...
     def _own_pattern(self, operation: str) -> str: ...
@@ -68,8 +75,24 @@ class CacheLock(Lock):
 
     Its lease ends ``timeout`` seconds after it was taken or extended (a crashed or hung
     holder frees the lock once its lease ends) and it carries a fencing token;
-    its key is the lock's, not the cache key (``cache.has_key(name)`` stays False).
+    Where its lease lives is ``OPTIONS["LOCK_KEYS"]``: ``"django-redis"`` (the default)
+    keeps it in django-redis's own key for the name, on the cache's server — a django-redis
+    ``cache.lock(name)`` (redis-py's ``SET NX``) and this one exclude each other, and
+    ``cache.has_key(name)`` is True while it is held; its fencing counter and wake-up keys
+    sit beside it (same Cluster slot, outside the ``keys()``/``clear()`` space).
+    ``"patterns"`` keeps the 0.1.0 layout: the locks' own keys on the locks' connection.
     """
+
+    def place(self, held: str, companion: Callable[[str], str], connection: str) -> CacheLock:
+        """Keep this lock's lease in ``held`` on ``connection`` (a CACHES alias), its
+        fencing counter, waiting marker and wake-up list in ``companion(kind)``."""
+        target = dataclasses.replace(
+            self._store.target, held_keys=[held], fence_keys=[companion("lock-fence")],
+            waiting_keys=[companion("lock-waiting")], wake_keys=[companion("lock-wake")],
+            connections=[connection])
+        self._held_keys, self._fence_keys = target.held_keys, target.fence_keys
+        self._store = type(self._store)(target)
+        return self
 
     def acquire(self, wait: float | None = None, blocking_timeout: float | None = None, *,
                 blocking: bool | None = None, token: Any = None) -> bool:
@@ -216,8 +239,12 @@ class InheritedMethods:
                             "connection (REDIS_PATTERNS['LOCKS']['CONNECTION'])")
         wait = 0.0 if not blocking else (
             math.inf if blocking_timeout is None else float(blocking_timeout))
-        return CacheLock(str(self.client.make_key(key, version=version)), ttl=timeout,
-                         wait=wait, auto_renew=auto_renew)
+        nkey = str(self.client.make_key(key, version=version))
+        lock = CacheLock(nkey, ttl=timeout, wait=wait, auto_renew=auto_renew)
+        alias = self._own_alias()
+        if self._lock_keys == "patterns" or self._ops.shard or alias is None:
+            return lock
+        return lock.place(nkey, lambda kind: self._codec.companion(nkey, kind), alias)
 
     def keys(self: Backend, search: str, version: int | None = None,
              client: Any = None) -> list[Any]:

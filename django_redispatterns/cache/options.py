@@ -14,7 +14,19 @@ from ..exceptions import ConfigurationError
 
 # The options this backend reads besides django-redis's (the checks refuse any other).
 OWN_OPTIONS = frozenset({"ALLOW_NO_TTL", "TTL_JITTER", "CLEAR_FLUSHDB", "STAMPEDE_LEASE",
-                         "STAMPEDE_WAIT", "STALE_TTL", "XFETCH_BETA", "NEAR_CACHE"})
+                         "STAMPEDE_WAIT", "STALE_TTL", "XFETCH_BETA", "NEAR_CACHE",
+                         "LOCK_KEYS", "GET_OR_SET_FORMAT"})
+# OPTIONS["LOCK_KEYS"]: where ``cache.lock(name)`` keeps its lease. "django-redis" (the
+# default): django-redis's own key for ``name`` on the cache's server, so a django-redis
+# process's ``cache.lock(name)`` and ours exclude each other; "patterns": the locks' keys
+# on the locks' connection (the 0.1.0 layout, to keep during an upgrade from 0.1.0).
+LOCK_KEYS = ("django-redis", "patterns")
+# OPTIONS["GET_OR_SET_FORMAT"]: how ``get_or_set`` stores its value. "envelope" (the
+# default): the value behind a small header (soft expiry, compute time) that early
+# recomputation and STALE_TTL need; a django-redis process cannot read it. "plain":
+# exactly django-redis's bytes (single flight kept; no early recomputation, no STALE_TTL),
+# for the weeks of a rolling deploy when django-redis processes read the same keys.
+FORMATS = ("envelope", "plain")
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,7 @@ class Policy:
     beta: float  # XFetch β; 0 turns early recomputation off
     block_cap: float  # longest single blocking wait (below the socket timeout)
     claim_lease: float  # a claim's lease, extended every third of it while computing
+    plain: bool = False  # GET_OR_SET_FORMAT "plain": store django-redis's bytes only
 
     @property
     def renew_every(self) -> float:
@@ -39,24 +52,41 @@ class CacheOptions:
     jitter: float
     clear_flushdb: bool
     policy: Policy
+    lock_keys: str = LOCK_KEYS[0]
 
 
 def read(options: dict[str, Any]) -> CacheOptions:
     number = (int, float)
     lease = _option(options, "STAMPEDE_LEASE", 10, number, minimum=0.01)
+    plain = _choice(options, "GET_OR_SET_FORMAT", FORMATS) == "plain"
+    stale_ttl = float(_option(options, "STALE_TTL", 0, number, minimum=0))
+    if plain and stale_ttl:
+        raise ConfigurationError("CACHES OPTIONS['STALE_TTL'] needs GET_OR_SET_FORMAT "
+                                 "'envelope' (a plain value carries no expiry to serve past).")
     return CacheOptions(
         allow_no_ttl=_option(options, "ALLOW_NO_TTL", False, (bool,)),
         jitter=_option(options, "TTL_JITTER", 0.0, number, minimum=0, maximum=0.9),
         clear_flushdb=_option(options, "CLEAR_FLUSHDB", False, (bool,)),
+        lock_keys=_choice(options, "LOCK_KEYS", LOCK_KEYS),
         policy=Policy(
             lease=float(lease),
             max_wait=float(_option(options, "STAMPEDE_WAIT", 2 * lease, number, minimum=0)),
-            stale_ttl=float(_option(options, "STALE_TTL", 0, number, minimum=0)),
+            stale_ttl=stale_ttl,
             beta=float(_option(options, "XFETCH_BETA", 1.0, number, minimum=0)),
             block_cap=block_cap(options.get("SOCKET_TIMEOUT")),
             claim_lease=claim_lease(options.get("SOCKET_TIMEOUT"), float(lease)),
+            plain=plain,
         ),
     )
+
+
+def _choice(options: dict[str, Any], name: str, choices: tuple[str, ...]) -> str:
+    """``options[name]``, one of ``choices`` (default: the first)."""
+    value = options.get(name, choices[0])
+    if value not in choices:
+        raise ConfigurationError(f"CACHES OPTIONS[{name!r}] must be one of "
+                                 f"{', '.join(map(repr, choices))}, got {value!r}.")
+    return str(value)
 
 
 def block_cap(socket_timeout: float | None) -> float:

@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import signals
 from . import envelope
-from .codec import Codec
+from .codec import MISSING, Codec
 from .options import Policy
 
 logger = logging.getLogger("django_redispatterns.cache")
@@ -100,15 +100,16 @@ def get_or_set_flow(
     """
     stale: envelope.Entry | None = None
     if raw is not None:
-        found = codec.decode(raw)
-        if not isinstance(found, envelope.Entry):
+        found = codec.decode(raw)  # MISSING (undecodable): as a miss; see the claim below
+        if found is not MISSING and not isinstance(found, envelope.Entry):
             return found  # written by set(): a plain hit
         now = time.time()
         # The second XFetch draw for this read (the hit path made the first): an early
         # refresh happens with probability exp(-2(expiry - now) / (δβ)); docs/cache.md.
-        if not found.is_stale(now) and not found.refresh_early(now, policy.beta):
-            return found.value
-        stale = found
+        if isinstance(found, envelope.Entry):
+            if not found.is_stale(now) and not found.refresh_early(now, policy.beta):
+                return found.value
+            stale = found
 
     lock_key = codec.companion(nkey, "lock")
     token = new_token()
@@ -129,6 +130,9 @@ def get_or_set_flow(
         status, claimed = int(reply[0]), ClaimTime(int(reply[1]), time.monotonic())
         if status == 2:  # a value is there (filled while we looked, or refreshed by another)
             found = codec.decode(reply[2])
+            if found is MISSING:  # undecodable: compute, and our store replaces it
+                return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl,
+                                                      policy, claimed, holding=False))
             if not isinstance(found, envelope.Entry) or not found.is_stale(time.time()):
                 report.waited(key, waited_since, got_value=True)
                 return found.value if isinstance(found, envelope.Entry) else found
@@ -185,7 +189,10 @@ def _compute_and_store(
         yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS, 0, 0))
         raise
     delta = time.perf_counter() - started
-    payload = envelope.pack(codec.encode(value), ttl, delta)
+    if policy.plain:  # exactly what django-redis's set() stores: any process reads it
+        payload = codec.encode_plain(value)
+    else:
+        payload = envelope.pack(codec.encode(value), ttl, delta)
     hard_ms = 0 if ttl is None else max(1, int((ttl + policy.stale_ttl) * 1000))
     yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS, claimed.server_ms,
                             claimed.elapsed_ms()))
