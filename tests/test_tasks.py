@@ -229,3 +229,25 @@ def test_db_workers_reschedule_rate_limit_enqueue_once_and_survive_a_kill(
     assert [e[:3] for e in seen if e[1] == "plain"] == [["ran", "plain", "5"]]
     limited = [float(e[5]) for e in seen if e[:2] == ["ran", "limited"]]
     assert limited[-1] - limited[0] >= 1.9  # 1 run per 2 s window: the extra runs were deferred
+
+
+def test_redis_down_fails_closed_and_enqueues_nothing(redis_client: redis.Redis) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from django_redispatterns import connection
+    from django_redispatterns.exceptions import BackendUnavailable
+
+    down = {**settings.REDIS_PATTERNS, "CONNECTION": "redis://127.0.0.1:1/0"}
+    with override_settings(REDIS_PATTERNS=down):
+        connection.reset_clients()
+        try:
+            result = defs.hold_or_fail.enqueue("down", 0)
+            with pytest.raises(BackendUnavailable):
+                contrib_tasks.enqueue_once(defs.plain, 1, idempotency_key="down-1")
+            limited = defs.limited.enqueue("down")
+        finally:
+            connection.reset_clients()
+    assert failure(result).endswith("BackendUnavailable")
+    assert failure(limited).endswith("BackendUnavailable")
+    assert runs(redis_client) == []  # no body ran, nothing was enqueued

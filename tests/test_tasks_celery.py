@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,25 @@ from tests.task_defs import runs
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def broker(redis_server_factory: Callable[..., RedisServer],
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    url = redis_server_factory().url
-    monkeypatch.setenv("CELERY_BROKER_URL", url)
+@pytest.fixture(scope="module")
+def broker() -> Iterator[str]:
+    """A private redis-server as broker and result backend for this module's tests (the app
+    keeps its connections and result backend, so one server for all of them)."""
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    os.environ["CELERY_BROKER_URL"] = server.url
     from tests import celery_app
 
-    celery_app.app.conf.broker_url = url
-    celery_app.app.conf.result_backend = url
-    yield url
-    celery_app.app.close()
+    celery_app.app.conf.broker_url = server.url
+    celery_app.app.conf.result_backend = server.url
+    try:
+        yield server.url
+    finally:
+        celery_app.app.close()
+        os.environ.pop("CELERY_BROKER_URL", None)
+        server.stop()
 
 
 def start_worker(redis_url: str, broker: str, name: str) -> subprocess.Popen[str]:
@@ -87,6 +95,34 @@ def test_called_directly_a_busy_lock_or_a_full_rate_raises(redis_client: redis.R
     assert celery_app.limited("me") == "me"
     with pytest.raises(RateLimited):
         celery_app.limited("me")
+
+
+def _double(x: int) -> int:
+    return x * 2
+
+
+def test_broker_down_enqueue_once_raises_and_a_retry_enqueues(
+        redis_client: redis.Redis, broker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery import Celery
+    from kombu.exceptions import OperationalError
+
+    from tests import celery_app
+
+    monkeypatch.delenv("CELERY_BROKER_URL")  # (it would override the broker given here)
+    down = Celery("down", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    down.conf.update(task_publish_retry=False, broker_connection_retry=False,
+                     broker_connection_max_retries=0)
+    unreachable = down.task(name=celery_app.plain.name)(_double)
+    try:
+        with pytest.raises(OperationalError):
+            contrib_celery.enqueue_once(unreachable, 7, idempotency_key="job-7")
+    finally:
+        down.close()
+    sent = contrib_celery.enqueue_once(celery_app.plain, 7, idempotency_key="job-7")
+    assert sent.id  # the failed send released its claim: the retry was enqueued
+    queued = redis.Redis.from_url(broker)
+    assert queued.llen("celery") == 1
+    queued.delete("celery")  # not for the workers of the next test
 
 
 def test_workers_reschedule_rate_limit_enqueue_once_and_survive_a_kill(
