@@ -24,7 +24,7 @@ from django_redispatterns.contrib.celery import (  # noqa: E402
 from tests.task_defs import hold_body, log  # noqa: E402
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")
-app = Celery("rptests", broker=BROKER, backend=BROKER)
+app = Celery("django_redispatterns_tests", broker=BROKER, backend=BROKER)
 app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
                 task_default_retry_delay=0.5, result_expires=600,
                 broker_transport_options={"visibility_timeout": 600})
