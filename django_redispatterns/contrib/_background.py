@@ -100,7 +100,7 @@ def derived_name(func: Callable[..., Any], key: KeySpec, args: tuple[Any, ...],
     if part is None:
         return base, "*"
     digest = hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{base}:{digest}", part
+    return f"{base}/{digest}", part
 
 
 def _check_choice(on_busy: str) -> None:
