@@ -10,13 +10,15 @@ import subprocess
 import sys
 import threading
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-pytest.importorskip("django_tasks", reason="the tasks extra (django-tasks) is not installed")
+if find_spec("django.tasks") is None:  # built in from Django 6.0, else the backport
+    pytest.importorskip("django_tasks", reason="the tasks extra (django-tasks) is not installed")
 
 from django_redispatterns.contrib import tasks as contrib_tasks
 from django_redispatterns.exceptions import (

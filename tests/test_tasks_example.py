@@ -5,13 +5,15 @@ process: the example has its own settings module)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.util import find_spec
 
 import pytest
 
 from tests.redis_servers import RedisServer
 from tests.test_example_pages import PRELUDE, run_example
 
-pytest.importorskip("django_tasks", reason="the tasks extra (django-tasks) is not installed")
+if find_spec("django.tasks") is None:  # built in from Django 6.0, else the backport
+    pytest.importorskip("django_tasks", reason="the tasks extra (django-tasks) is not installed")
 
 SCRIPT = PRELUDE + r'''
 assert 'href="/tasks/"' in client.get("/").content.decode()
