@@ -30,6 +30,12 @@ def hold_or_fail(item: str, seconds: float) -> int | None:
 
 
 @task()
+@locked(key="item", ttl=1.5, wait=20)
+def hold_waiting(item: str, seconds: float) -> int | None:
+    return hold_body("hold_waiting", item, seconds, _fence())
+
+
+@task()
 @single_flight(key=lambda item, seconds: item, ttl=1.5)
 def once_at_a_time(item: str, seconds: float) -> int | None:
     return hold_body("once_at_a_time", item, seconds, _fence())

@@ -74,6 +74,21 @@ def test_a_busy_lock_raises_or_skips(redis_client: redis.Redis, task: str,
     assert [r[2] for r in runs(redis_client) if r[0] == "start"] == ["free"]
 
 
+def test_a_waiting_run_gets_the_lock_when_the_holder_releases_it(
+        redis_client: redis.Redis) -> None:
+    holder = Lock(lock_name(defs.hold_waiting, "w"), ttl=10)
+    assert holder.acquire()
+    results: list[Any] = []
+    waiter = threading.Thread(target=lambda: results.append(defs.hold_waiting.enqueue("w", 0)))
+    waiter.start()
+    time.sleep(0.5)
+    assert runs(redis_client) == []  # still waiting
+    holder.release()
+    waiter.join(30)
+    assert results[0].status == "SUCCESSFUL"
+    assert results[0].return_value > (holder.fencing_token or 0)
+
+
 def test_concurrent_runs_in_threads_never_overlap(redis_client: redis.Redis) -> None:
     results: list[Any] = []
     threads = [threading.Thread(target=lambda: results.append(
@@ -119,6 +134,19 @@ def test_over_the_rate_the_immediate_backend_raises_rate_limited(
     assert first.status == "SUCCESSFUL" and other.status == "SUCCESSFUL"
     assert failure(over).endswith("RateLimited")  # told, not dropped silently
     assert RateLimited.__name__ in failure(over)
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window", "token_bucket"])
+def test_every_rate_limit_algorithm_counts_per_argument_key(
+        redis_client: redis.Redis, algorithm: str) -> None:
+    def send(user: str, body: str = "") -> str:
+        return user
+
+    limited = contrib_tasks.rate_limited("2/m", key="user", algorithm=algorithm)(send)
+    assert [limited("a", "x"), limited("a", body="y"), limited("b")] == ["a", "a", "b"]
+    with pytest.raises(RateLimited) as caught:  # not a task: nothing to defer onto
+        limited("a")
+    assert caught.value.retry_after > 0 and caught.value.limit == 2
 
 
 def test_enqueue_once_enqueues_once_per_key(redis_client: redis.Redis) -> None:
