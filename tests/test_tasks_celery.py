@@ -23,7 +23,7 @@ from django_redispatterns.exceptions import (
     LockNotAcquired,
     RateLimited,
 )
-from django_redispatterns.locks import Lock
+from django_redispatterns.locks import Lock, held_key
 from tests.redis_servers import RedisServer
 from tests.task_defs import runs
 
@@ -151,6 +151,14 @@ def test_workers_reschedule_rate_limit_enqueue_once_and_survive_a_kill(
             e[3] for e in runs(redis_client) if e[:2] == ["end", "hold"]))
         assert once.get(timeout=60) == 8
         assert [r.get(timeout=60) for r in limited] == ["u", "u", "u"]
+        # A lease lost while the body runs in the worker: LockLost is raised into it.
+        lost = celery_app.hold.delay("lost", 20)
+        wait_for(redis_client, lambda r: any(e[:3] == ["start", "hold", "lost"] for e in r))
+        redis_client.delete(held_key(celery_app.hold.run.lock_name(celery_app.hold, "lost", 0)))
+        with pytest.raises(Exception) as caught:
+            lost.get(timeout=30)
+        assert type(caught.value).__name__ == "LockLost", caught.value
+        assert any(e[:3] == ["lost", "hold", "lost"] for e in runs(redis_client))
     finally:
         output = stop(workers)
     seen = runs(redis_client)
