@@ -132,5 +132,16 @@ class IdempotencyKeyReused(IdempotencyError):
         self.key_hash = key_hash
 
 
+class AlreadyEnqueued(IdempotencyError):
+    """A task was already enqueued under this idempotency key and the framework cannot hand
+    back its result; ``task_id`` is the first enqueue's result id (None while the first
+    enqueue is still on its way)."""
+
+    def __init__(self, message: str = "already enqueued with this idempotency key", *,
+                 task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
 class InvalidIdempotencyKey(IdempotencyError):
     """The key is empty, too long or contains control characters (HTTP 400)."""

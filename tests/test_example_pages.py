@@ -16,7 +16,7 @@ from tests.redis_servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SCRIPT = r'''
+PRELUDE = r'''
 import re
 import django
 from django.test.utils import setup_test_environment
@@ -24,10 +24,13 @@ django.setup()
 setup_test_environment()
 from django.db import connection
 connection.creation.create_test_db(verbosity=0)
-from django.core.cache import cache
 from django.test import Client
 
 client = Client()
+'''
+
+SCRIPT = PRELUDE + r'''
+from django.core.cache import cache
 cache.set("demo:long-lived", "x" * 5000, timeout=3 * 3600)
 checks = client.get("/checks/").content.decode()
 assert "<th>level</th><th>id</th><th>what it means</th>" in checks, checks
@@ -45,12 +48,17 @@ print("ok")
 '''
 
 
-def test_checks_and_locks_pages(redis_server_factory: Callable[..., RedisServer]) -> None:
+def run_example(script: str, redis_server_factory: Callable[..., RedisServer]) -> None:
+    """Run ``script`` against the example project in a child process; it prints "ok"."""
     redis_url = redis_server_factory().url  # a server of its own: the example's prefixes
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings",
            "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT / "example_project")}
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=180)
     if result.returncode != 0:
         pytest.fail(result.stdout + result.stderr)
     assert result.stdout.strip().splitlines()[-1] == "ok"
+
+
+def test_checks_and_locks_pages(redis_server_factory: Callable[..., RedisServer]) -> None:
+    run_example(SCRIPT, redis_server_factory)

@@ -22,10 +22,14 @@ _ALL = [
     Feature("idempotency", "Idempotency keys", "Replay a POST's first answer; 409 while it runs."),
     Feature("sessions", "Sessions", "Your devices, and log out everywhere."),
     Feature("locks", "Locks", "Fenced locks and @single_flight management commands."),
+    Feature("tasks", "Background tasks", "@locked tasks, enqueue once, task rate limits."),
     Feature("checks", "Checks", "What `check --deploy` and `redis_audit` say about this Redis."),
 ]
 
-FEATURES = [f for f in _ALL if find_spec(f"demo.features.{f.slug}") is not None]
+# The tasks page needs Django's tasks framework (built in from Django 6.0, else the backport).
+_TASKS = find_spec("django.tasks") is not None or find_spec("django_tasks") is not None
+FEATURES = [f for f in _ALL if find_spec(f"demo.features.{f.slug}") is not None
+            and (f.slug != "tasks" or _TASKS)]
 
 
 def home(request: HttpRequest) -> HttpResponse:
