@@ -16,6 +16,7 @@ from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
+from .clusterpipe import pipeline_without_resend
 from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
@@ -214,7 +215,13 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
 
 class _SyncCluster(RedisCluster):
     """``RedisCluster`` whose ``MGET`` accepts keys of several slots (one ``MGET`` per
-    slot, not atomic across slots), as Django's ``cache.get_many()`` needs."""
+    slot, not atomic across slots), as Django's ``cache.get_many()`` needs, and whose
+    pipelines never re-send a command."""
 
     def mget(self, keys: Any, *args: Any) -> Any:
         return self.mget_nonatomic(keys, *args)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        """Non-transactional pipelines never re-send a command (:mod:`.clusterpipe`)."""
+        pipe = super().pipeline(transaction, shard_hint)
+        return pipe if transaction else pipeline_without_resend(pipe)
