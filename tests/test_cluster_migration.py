@@ -33,7 +33,8 @@ from django_redispatterns.sessions import SessionStore, logout_everywhere
 from django_redispatterns.sessions.keyspace import keys_of
 from tests import test_cluster_cache
 from tests.redis_servers import KEY_PREFIX
-from tests.topologies import ClusterNode, ClusterTopology
+from tests.topologies import ClusterNode, ClusterTopology, wait_for
+from tests.topology_fixtures import use_connection
 from tests.urls_idempotency import idem_settings, post, runs
 
 ALGORITHMS = ["fixed_window", "sliding_window", "token_bucket"]
@@ -289,3 +290,33 @@ def test_get_or_set_settles_once_when_its_keys_are_split_during_the_computation(
             stack.close()
     assert cache.get("mv-split") == "fresh" and 0 < cache.ttl("mv-split") <= 60
     assert redis_cluster.scan_keys("*mv-split*") == [value_key.encode()]
+
+
+# --- a master that just joined -----------------------------------------------------------------
+
+
+def test_ask_to_a_master_the_client_has_not_seen_yet(cluster_factory: Any) -> None:
+    """A slot migrating to a master that joined after the client read the slot map: the
+    ``ASK`` names a node the client does not know. redis-py then fails with an
+    ``AttributeError`` (an answer 500); ours learns the node and runs the call once."""
+    cluster = cluster_factory(masters=2)
+    with use_connection(cluster.url):
+        client = connection.get_client()
+        limiter = RateLimiter("5/m")
+        assert limiter.hit("late").allowed  # the client knows the two masters only
+        key = only_key(cluster, f"{KEY_PREFIX}:rl:*")
+        plain = f"{key.decode()}:plain"  # a plain key in the same slot (same hash tag)
+        client.set(plain, "v", px=60000)
+        new = ClusterNode()
+        cluster.nodes.append(new)
+        cluster.nodes[0].client().execute_command(
+            "CLUSTER", "MEET", "127.0.0.1", new.port, new.bus_port)
+        wait_for(lambda: new.cluster_info()["cluster_state"] == "ok", 30, "the new node")
+        source = cluster.migrate_slot_start(slot_of(key), new)
+        cluster.migrate_keys(source, new, [key.decode(), plain])
+        try:
+            assert client.get(plain) == b"v"  # ASK to the new master
+            assert limiter.hit("late").allowed  # a script, the same way
+        finally:
+            cluster.migrate_slot_finish(slot_of(key), source, new)
+        assert [limiter.hit("late").allowed for _ in range(4)] == [True] * 3 + [False]

@@ -16,7 +16,7 @@ from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
-from .clusterpipe import pipeline_without_resend
+from .clusterpipe import pipeline_without_resend, unknown_redirect
 from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
@@ -215,11 +215,26 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
 
 class _SyncCluster(RedisCluster):
     """``RedisCluster`` whose ``MGET`` accepts keys of several slots (one ``MGET`` per
-    slot, not atomic across slots), as Django's ``cache.get_many()`` needs, and whose
-    pipelines never re-send a command."""
+    slot, not atomic across slots), as Django's ``cache.get_many()`` needs, whose
+    pipelines never re-send a command, and which follows an ``ASK`` to a master that
+    joined after its slot map was read."""
 
     def mget(self, keys: Any, *args: Any) -> Any:
         return self.mget_nonatomic(keys, *args)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            error = unknown_redirect(self, exc)
+            if error is None:
+                raise
+        # The command was not sent (clusterpipe.unknown_redirect); the slot map now lists
+        # the new node, so it is sent once more, and only once.
+        try:
+            return super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            raise (unknown_redirect(self, exc) or exc) from exc
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
         """Non-transactional pipelines never re-send a command (:mod:`.clusterpipe`)."""

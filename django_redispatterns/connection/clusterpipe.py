@@ -11,13 +11,17 @@ result slot (or raise it) instead of re-sending. Transactions (``MULTI``/``EXEC`
 left to redis-py.
 
 The asyncio ``ClusterPipeline`` re-sends only the redirected commands already.
+
+:func:`unknown_redirect` covers a redis-py gap on every command: an ``ASK`` that names a
+master the client's slot map does not list yet (one that joined the cluster after the
+client started) ends in an ``AttributeError`` before the command is sent anywhere.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
+from redis.exceptions import AskError, ClusterError, MovedError, RedisError, TryAgainError
 
 #: Answers that mean the command did not run on the node that sent them.
 NOT_RUN = (MovedError, AskError, TryAgainError)
@@ -56,8 +60,8 @@ def _execute(pipe: Any, raise_on_error: bool) -> list[Any]:
                 try:  # follows the redirect, and bounded TRYAGAIN, for this command alone
                     command.result = pipe.parent_execute_command(*command.args,
                                                                  **command.options)
-                except RedisError as exc:
-                    command.result = exc
+                except (RedisError, AttributeError) as exc:
+                    command.result = unknown_redirect(pipe, exc) or exc
         results = [c.result for c in sorted(stack, key=lambda c: c.position)]
     finally:
         pipe.reset()
@@ -66,3 +70,45 @@ def _execute(pipe: Any, raise_on_error: bool) -> list[Any]:
             if isinstance(result, Exception):
                 raise result
     return results
+
+
+def unknown_redirect(client: Any, exc: BaseException) -> ClusterError | None:
+    """For redis-py's ``AttributeError`` on an ``ASK`` to a node missing from the slot
+    map: re-read the slot map (the new node is then known) and return a ``ClusterError``
+    saying the command did not run (so features treat it as Redis being unavailable, and
+    scripts re-send it within their budget). None for any other exception."""
+    if not isinstance(exc, AttributeError) or "redis_connection" not in str(exc):
+        return None
+    _learn_masters(client)
+    return ClusterError(f"redirected to a Redis Cluster node not yet in the slot map; "
+                        f"the command did not run ({exc})")
+
+
+def _learn_masters(client: Any) -> None:
+    """Add every master ``CLUSTER NODES`` lists to the client's node cache. ``CLUSTER
+    SLOTS``, which redis-py reads, omits a master that owns no slot yet (one that is
+    importing its first slot: exactly the one an ``ASK`` names)."""
+    from redis.cluster import PRIMARY, ClusterNode
+
+    manager = client.nodes_manager
+    manager.initialize()
+    for known in list(manager.nodes_cache.values()):
+        if known.server_type != PRIMARY:
+            continue
+        try:
+            raw = client.get_redis_connection(known).execute_command("CLUSTER NODES")
+        except RedisError:
+            continue
+        lines = raw.decode() if isinstance(raw, bytes) else raw
+        names = lines.split("\n") if isinstance(lines, str) else [
+            f"- {name} {info.get('flags', '')}" for name, info in dict(lines).items()]
+        for line in names:
+            parts = line.split()
+            if len(parts) < 3 or "master" not in parts[2] or "fail" in parts[2]:
+                continue
+            address = parts[1].split("@")[0].split(",")[0]
+            host, _, port = address.rpartition(":")
+            if host and port.isdigit() and f"{host}:{port}" not in manager.nodes_cache:
+                node = ClusterNode(host, int(port), server_type=PRIMARY)
+                manager.nodes_cache[node.name] = node
+        return
