@@ -45,6 +45,9 @@ SHORT: list[Phase] = [
 ]
 
 
+CLUSTER_SLACK = 30.0  # seconds of extra load on Cluster, for slot moves that run long
+
+
 @dataclass
 class RunResult:
     server: str
@@ -179,11 +182,14 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
 
             topology = owned.add(soak_cluster.SoakCluster(full=timeline == soak_cluster.FULL))
         stack = Stack(owned, kind, redis_server=topology)
-        load = start_load(owned, stack.server.port, sum(p[1] for p in timeline),
+        # Cluster actions (slot moves) can outlast their phase: each phase then starts
+        # late but keeps its length, and the load runs long enough for that.
+        slack = CLUSTER_SLACK if cluster else 0.0
+        load = start_load(owned, stack.server.port, sum(p[1] for p in timeline) + slack,
                           stack.workdir, procs=procs, threads=threads)
         t0 = load.t0
         probe = owned.add(RedisProbe(stack.redis))
-        phases = _play(timeline, stack.redis, t0, kind, log, stack.runlog)
+        phases = _play(timeline, stack.redis, t0, kind, log, stack.runlog, stretch=cluster)
         log(f"[{kind}] load stops; collecting answers ...")
         events = load.collect()
         probe.stop()
@@ -229,8 +235,8 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
         owned.stop_all()
 
 
-def _play(timeline: list[Phase], server: RedisProcess, t0: float, kind: str,
-          log: Any, runlog: Path) -> list[dict[str, Any]]:
+def _play(timeline: list[Phase], server: Any, t0: float, kind: str,
+          log: Any, runlog: Path, stretch: bool = False) -> list[dict[str, Any]]:
     in_flight = ComputeWatch(runlog)
     phases: list[dict[str, Any]] = []
     at = t0
@@ -248,7 +254,7 @@ def _play(timeline: list[Phase], server: RedisProcess, t0: float, kind: str,
         phases.append({"name": name, "start": started, "end": started + seconds,
                        "fault": fault, "action": action})
         log(f"[{kind}] t={started - t0:5.1f}s  {name}")
-        at += seconds
+        at = (max(at, time.time()) if stretch else at) + seconds
     _sleep_until(at)
     phases[-1]["end"] = max(time.time(), phases[-1]["start"])
     return phases
