@@ -13,6 +13,7 @@ Two shapes of move, for each feature's read-then-write pair of calls:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -33,6 +34,7 @@ from django_redispatterns.sessions import SessionStore, logout_everywhere
 from django_redispatterns.sessions.keyspace import keys_of
 from tests import test_cluster_cache
 from tests.redis_servers import KEY_PREFIX
+from tests.test_cluster_connection import INCR
 from tests.topologies import ClusterNode, ClusterTopology, wait_for
 from tests.topology_fixtures import use_connection
 from tests.urls_idempotency import idem_settings, post, runs
@@ -295,6 +297,23 @@ def test_get_or_set_settles_once_when_its_keys_are_split_during_the_computation(
 # --- a master that just joined -----------------------------------------------------------------
 
 
+def split_to_a_new_master(cluster: ClusterTopology,
+                          keys: list[str]) -> tuple[ClusterNode, ClusterNode]:
+    """A master joins (after the client read the slot map); the slot of ``keys`` starts
+    migrating to it and ``keys`` move. Returns (old owner, new master)."""
+    new = ClusterNode()
+    cluster.nodes.append(new)
+    cluster.nodes[0].client().execute_command(
+        "CLUSTER", "MEET", "127.0.0.1", new.port, new.bus_port)
+    wait_for(lambda: new.cluster_info()["cluster_state"] == "ok", 30, "the new node")
+    known = str(len(cluster.nodes))  # every node has met it (SETSLOT names it by id)
+    wait_for(lambda: all(n.cluster_info()["cluster_known_nodes"] == known
+                         for n in cluster.nodes), 30, "every node to meet the new one")
+    source = cluster.migrate_slot_start(slot_of(keys[0]), new)
+    cluster.migrate_keys(source, new, keys)
+    return source, new
+
+
 def test_ask_to_a_master_the_client_has_not_seen_yet(cluster_factory: Any) -> None:
     """A slot migrating to a master that joined after the client read the slot map: the
     ``ASK`` names a node the client does not know. redis-py then fails with an
@@ -307,16 +326,30 @@ def test_ask_to_a_master_the_client_has_not_seen_yet(cluster_factory: Any) -> No
         key = only_key(cluster, f"{KEY_PREFIX}:rl:*")
         plain = f"{key.decode()}:plain"  # a plain key in the same slot (same hash tag)
         client.set(plain, "v", px=60000)
-        new = ClusterNode()
-        cluster.nodes.append(new)
-        cluster.nodes[0].client().execute_command(
-            "CLUSTER", "MEET", "127.0.0.1", new.port, new.bus_port)
-        wait_for(lambda: new.cluster_info()["cluster_state"] == "ok", 30, "the new node")
-        source = cluster.migrate_slot_start(slot_of(key), new)
-        cluster.migrate_keys(source, new, [key.decode(), plain])
+        source, new = split_to_a_new_master(cluster, [key.decode(), plain])
         try:
             assert client.get(plain) == b"v"  # ASK to the new master
             assert limiter.hit("late").allowed  # a script, the same way
         finally:
             cluster.migrate_slot_finish(slot_of(key), source, new)
         assert [limiter.hit("late").allowed for _ in range(4)] == [True] * 3 + [False]
+
+
+def test_async_ask_to_a_master_the_client_has_not_seen_yet(cluster_factory: Any) -> None:
+    cluster = cluster_factory(masters=2)
+    key = f"{KEY_PREFIX}:late:{{late}}:plain"
+
+    async def main() -> list[Any]:
+        aclient = connection.get_async_client()
+        try:
+            await aclient.set(key, "v", px=60000)  # the client knows the two masters only
+            source, new = split_to_a_new_master(cluster, [key])
+            try:
+                return [await aclient.get(key), await INCR.acall(aclient, [key + ":n"])]
+            finally:
+                cluster.migrate_slot_finish(slot_of(key), source, new)
+        finally:
+            await aclient.aclose()
+
+    with use_connection(cluster.url):
+        assert asyncio.run(main()) == [b"v", 1]

@@ -16,7 +16,7 @@ from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
-from .clusterpipe import pipeline_without_resend, unknown_redirect
+from .clusterpipe import aunknown_redirect, pipeline_without_resend, unknown_redirect
 from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
@@ -203,6 +203,17 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
         class _AsyncCluster(AsyncRedisCluster):
             async def mget(self, keys: Any, *args: Any) -> Any:  # see _SyncCluster
                 return await self.mget_nonatomic(keys, *args)
+
+            async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+                try:  # see _SyncCluster.execute_command
+                    return await super().execute_command(*args, **kwargs)
+                except AttributeError as exc:
+                    if await aunknown_redirect(self, exc) is None:
+                        raise
+                try:
+                    return await super().execute_command(*args, **kwargs)
+                except AttributeError as exc:
+                    raise (await aunknown_redirect(self, exc) or exc) from exc
 
         nodes: list[Any] = [AsyncNode(h, p) for h, p in parsed.hosts]
         return _AsyncCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0),

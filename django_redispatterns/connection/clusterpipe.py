@@ -74,41 +74,80 @@ def _execute(pipe: Any, raise_on_error: bool) -> list[Any]:
 
 def unknown_redirect(client: Any, exc: BaseException) -> ClusterError | None:
     """For redis-py's ``AttributeError`` on an ``ASK`` to a node missing from the slot
-    map: re-read the slot map (the new node is then known) and return a ``ClusterError``
-    saying the command did not run (so features treat it as Redis being unavailable, and
-    scripts re-send it within their budget). None for any other exception."""
-    if not isinstance(exc, AttributeError) or "redis_connection" not in str(exc):
+    map: add the cluster's masters to the client's node cache and return a
+    ``ClusterError`` saying the command did not run (features treat it as Redis being
+    unavailable; scripts re-send it within their budget). None for any other exception."""
+    if not _is_unknown_redirect(exc):
         return None
-    _learn_masters(client)
-    return ClusterError(f"redirected to a Redis Cluster node not yet in the slot map; "
-                        f"the command did not run ({exc})")
-
-
-def _learn_masters(client: Any) -> None:
-    """Add every master ``CLUSTER NODES`` lists to the client's node cache. ``CLUSTER
-    SLOTS``, which redis-py reads, omits a master that owns no slot yet (one that is
-    importing its first slot: exactly the one an ``ASK`` names)."""
-    from redis.cluster import PRIMARY, ClusterNode
-
     manager = client.nodes_manager
     manager.initialize()
-    for known in list(manager.nodes_cache.values()):
-        if known.server_type != PRIMARY:
-            continue
+    for known in _primaries(manager):
         try:
             raw = client.get_redis_connection(known).execute_command("CLUSTER NODES")
         except RedisError:
             continue
-        lines = raw.decode() if isinstance(raw, bytes) else raw
-        names = lines.split("\n") if isinstance(lines, str) else [
-            f"- {name} {info.get('flags', '')}" for name, info in dict(lines).items()]
-        for line in names:
-            parts = line.split()
-            if len(parts) < 3 or "master" not in parts[2] or "fail" in parts[2]:
-                continue
-            address = parts[1].split("@")[0].split(",")[0]
-            host, _, port = address.rpartition(":")
-            if host and port.isdigit() and f"{host}:{port}" not in manager.nodes_cache:
-                node = ClusterNode(host, int(port), server_type=PRIMARY)
-                manager.nodes_cache[node.name] = node
-        return
+        _add_masters(manager, raw, lambda host, port: _sync_node(host, port))
+        break
+    return _not_run(exc)
+
+
+async def aunknown_redirect(client: Any, exc: BaseException) -> ClusterError | None:
+    """Async twin of :func:`unknown_redirect` for ``redis.asyncio`` Cluster clients."""
+    if not _is_unknown_redirect(exc):
+        return None
+    from redis.asyncio.cluster import ClusterNode as AsyncNode
+
+    manager = client.nodes_manager
+    await manager.initialize()
+    kwargs = manager.connection_kwargs
+    for known in _primaries(manager):
+        try:
+            raw = await known.execute_command("CLUSTER NODES")
+        except RedisError:
+            continue
+        _add_masters(manager, raw,
+                     lambda host, port: AsyncNode(host, port, server_type=_PRIMARY, **kwargs))
+        break
+    return _not_run(exc)
+
+
+_PRIMARY = "primary"  # redis-py's server_type of a master
+# The words redis-py's AttributeError uses when an ASK names an unknown node (sync, async).
+_UNKNOWN_NODE = ("'redis_connection'", "'execute_command'", "'connection_kwargs'")
+
+
+def _is_unknown_redirect(exc: BaseException) -> bool:
+    return isinstance(exc, AttributeError) and "'NoneType'" in str(exc) and any(
+        word in str(exc) for word in _UNKNOWN_NODE)
+
+
+def _not_run(exc: BaseException) -> ClusterError:
+    return ClusterError(f"redirected to a Redis Cluster node not yet in the slot map; "
+                        f"the command did not run ({exc})")
+
+
+def _primaries(manager: Any) -> list[Any]:
+    return [n for n in list(manager.nodes_cache.values()) if n.server_type == _PRIMARY]
+
+
+def _sync_node(host: str, port: int) -> Any:
+    from redis.cluster import ClusterNode
+
+    return ClusterNode(host, port, server_type=_PRIMARY)
+
+
+def _add_masters(manager: Any, raw: Any, make: Any) -> None:
+    """Add the masters ``CLUSTER NODES`` lists (``raw``: text, or redis-py's parsed dict)
+    to the node cache. ``CLUSTER SLOTS``, which redis-py reads, omits a master that owns
+    no slot yet: one importing its first slot, exactly the one an ``ASK`` names."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    lines = text.split("\n") if isinstance(text, str) else [
+        f"- {name} {info.get('flags', '')}" for name, info in dict(text).items()]
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3 or "master" not in parts[2] or "fail" in parts[2]:
+            continue
+        host, _, port = parts[1].split("@")[0].split(",")[0].rpartition(":")
+        if host and port.isdigit() and f"{host}:{port}" not in manager.nodes_cache:
+            node = make(host, int(port))
+            manager.nodes_cache[node.name] = node
