@@ -28,7 +28,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="./dev soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true",
                         help="about a minute in all (CI): short phases, same faults")
-    parser.add_argument("--servers", default="gunicorn,uvicorn",
+    parser.add_argument("--cluster", action="store_true",
+                        help="against a 3-master Redis Cluster with replicas, while slots "
+                             "migrate, masters fail over and a fourth master joins")
+    parser.add_argument("--servers", default=None,
                         help="comma-separated: gunicorn (4 workers x 4 threads), uvicorn (4)")
     parser.add_argument("--procs", type=int, default=4, help="load processes (default 4)")
     parser.add_argument("--threads", type=int, default=4,
@@ -38,10 +41,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep-events", action="store_true",
                         help="also write every answer to events-<server>.jsonl.gz")
     args = parser.parse_args(argv)
-    variant = "short" if args.short else "full"
-    timeline = run.SHORT if args.short else run.FULL
+    variant = ("cluster-" if args.cluster else "") + ("short" if args.short else "full")
+    if args.cluster:
+        from soak import cluster
+
+        timeline = cluster.SHORT if args.short else cluster.FULL
+    else:
+        timeline = run.SHORT if args.short else run.FULL
     outdir = args.out or ROOT / ".soak" / variant
-    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    # On Cluster one server by default: the faults are Redis's, and the cluster's six
+    # redis-servers already share the machine with the load.
+    default = "gunicorn" if args.cluster else "gunicorn,uvicorn"
+    servers = [s.strip() for s in (args.servers or default).split(",") if s.strip()]
     signal.signal(signal.SIGTERM, _interrupted)
     started = time.monotonic()
     results = []
@@ -49,7 +60,8 @@ def main(argv: list[str]) -> int:
         for server in servers:
             result = run.run_server(server, timeline, procs=args.procs, threads=args.threads,
                                     log=lambda line: print(line, flush=True),
-                                    keep=outdir if args.keep_events else None)
+                                    keep=outdir if args.keep_events else None,
+                                    cluster=args.cluster)
             results.append(result)
             for finding in result.findings:
                 mark = "ok    " if finding.ok else "BROKEN"

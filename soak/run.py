@@ -45,6 +45,9 @@ SHORT: list[Phase] = [
 ]
 
 
+CLUSTER_SLACK = 30.0  # seconds of extra load on Cluster, for slot moves that run long
+
+
 @dataclass
 class RunResult:
     server: str
@@ -66,11 +69,13 @@ class Stack:
     """A private Redis, the SQLite schema and one app server, all owned by ``owned``."""
 
     def __init__(self, owned: Owned, kind: str, *, stack: str = "ours",
-                 env: dict[str, str] | None = None, workers: int = 4, threads: int = 4) -> None:
+                 env: dict[str, str] | None = None, workers: int = 4, threads: int = 4,
+                 redis_server: Any = None) -> None:
         self.workdir = owned.add(Workdir()).path
-        self.redis = RedisProcess(self.workdir)
-        owned.add(self.redis)
-        self.redis.start()
+        if redis_server is None:  # one private redis-server; else a started SoakCluster
+            redis_server = owned.add(RedisProcess(self.workdir))
+            redis_server.start()
+        self.redis = redis_server
         self.runlog = self.workdir / "runlog"
         self.runlog.mkdir()
         self.env = {"SOAK_REDIS_URL": self.redis.url, "SOAK_DB": str(self.workdir / "db.sqlite3"),
@@ -164,17 +169,27 @@ def start_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
 
 
 def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int = 4,
-               log: Any = print, keep: Path | None = None) -> RunResult:
-    """The soak on one server (``gunicorn`` or ``uvicorn``); every process stopped after."""
+               log: Any = print, keep: Path | None = None, cluster: bool = False) -> RunResult:
+    """The soak on one server (``gunicorn`` or ``uvicorn``); every process stopped after.
+
+    ``cluster``: against a Redis Cluster started here (:mod:`soak.cluster`)."""
     owned = Owned()
     try:
-        log(f"[{kind}] starting Redis and {kind} ...")
-        stack = Stack(owned, kind)
-        load = start_load(owned, stack.server.port, sum(p[1] for p in timeline),
+        log(f"[{kind}] starting Redis{' Cluster' if cluster else ''} and {kind} ...")
+        topology = None
+        if cluster:
+            from soak import cluster as soak_cluster
+
+            topology = owned.add(soak_cluster.SoakCluster(full=timeline == soak_cluster.FULL))
+        stack = Stack(owned, kind, redis_server=topology)
+        # Cluster actions (slot moves) can outlast their phase: each phase then starts
+        # late but keeps its length, and the load runs long enough for that.
+        slack = CLUSTER_SLACK if cluster else 0.0
+        load = start_load(owned, stack.server.port, sum(p[1] for p in timeline) + slack,
                           stack.workdir, procs=procs, threads=threads)
         t0 = load.t0
         probe = owned.add(RedisProbe(stack.redis))
-        phases = _play(timeline, stack.redis, t0, kind, log, stack.runlog)
+        phases = _play(timeline, stack.redis, t0, kind, log, stack.runlog, stretch=cluster)
         log(f"[{kind}] load stops; collecting answers ...")
         events = load.collect()
         probe.stop()
@@ -183,8 +198,12 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
             "workers_start": stack.server.worker_pids,
             "workers_end": stack.server.current_workers(),
             "workers_served": sorted({e["w"] for e in events if e.get("w")}),
-            "ttl_audit": ttl_audit(stack.redis.client()),
+            "ttl_audit": (topology.ttl_audit() if topology is not None
+                          else ttl_audit(stack.redis.client())),
         }
+        if topology is not None:
+            servers["crossslot"] = topology.crossslot_errors()
+            servers["cluster_log"] = topology.log
         owned.stoppers.remove(stack.server)
         stack.server.stop()
         servers.update(read_server_log(stack.server.log, kind, len(stack.server.worker_pids)))
@@ -197,8 +216,9 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
         result = RunResult(kind, t0, t_end, phases, events, runlog, servers,
                            load=f"{procs} processes x {threads} devices, closed loop")
         # Without persistence the data is gone from the kill before the restart on.
+        # On Cluster, what a killed master had not replicated may be gone likewise.
         lost = [(phases[i - 1]["start"], p["start"]) for i, p in enumerate(phases)
-                if p["action"] == "restart_empty"]
+                if p["action"] in ("restart_empty", "promoted")]
         tl = checks.Timeline(phases, lost)
         tl.stalls = probe.stalls(tl)
         servers["stalls"] = list(tl.stalls)
@@ -206,25 +226,27 @@ def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int
         tl.stalls += servers["worker_stalls"]
         servers["ping"] = probe.summary(tl)
         result.findings = checks.check_all(events, runlog, tl, t0, t_end, servers)
+        if topology is not None:
+            result.findings.append(checks.Finding(
+                "no CROSSSLOT", servers["crossslot"] == 0,
+                f"{servers['crossslot']} CROSSSLOT errors counted by the cluster's nodes", []))
         return result
     finally:
         owned.stop_all()
 
 
-def _play(timeline: list[Phase], server: RedisProcess, t0: float, kind: str,
-          log: Any, runlog: Path) -> list[dict[str, Any]]:
+def _play(timeline: list[Phase], server: Any, t0: float, kind: str,
+          log: Any, runlog: Path, stretch: bool = False) -> list[dict[str, Any]]:
     in_flight = ComputeWatch(runlog)
     phases: list[dict[str, Any]] = []
     at = t0
     for name, seconds, action, fault in timeline:
         _sleep_until(at)
-        if action in ("hang", "kill"):
+        if action in ("hang", "kill", "kill_master", "failover"):
             in_flight.wait()
         before = time.time()
         if action is not None:
-            getattr(server, {"hang": "hang", "wake": "wake", "kill": "kill",
-                             "restart_empty": "restart_empty",
-                             "restart_aof": "restart_from_aof"}[action])()
+            getattr(server, {"restart_aof": "restart_from_aof"}.get(action, action))()
         # A fault starts when it is sent; a recovery when the restart is complete.
         started = before if fault else time.time()
         if phases:
@@ -232,7 +254,7 @@ def _play(timeline: list[Phase], server: RedisProcess, t0: float, kind: str,
         phases.append({"name": name, "start": started, "end": started + seconds,
                        "fault": fault, "action": action})
         log(f"[{kind}] t={started - t0:5.1f}s  {name}")
-        at += seconds
+        at = (max(at, time.time()) if stretch else at) + seconds
     _sleep_until(at)
     phases[-1]["end"] = max(time.time(), phases[-1]["start"])
     return phases

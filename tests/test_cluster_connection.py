@@ -270,6 +270,25 @@ def test_cluster_client_does_not_resend_a_timed_out_script(
         assert settled(node.client(), key) == 2  # once, not once per re-send
 
 
+def test_cluster_pipeline_does_not_resend_a_timed_out_script(
+    redis_cluster: ClusterTopology, cluster_url: str
+) -> None:
+    # redis-py's cluster pipeline re-sends, one by one, every command whose node timed out.
+    with use_connection(cluster_url, SOCKET_TIMEOUT=0.3):
+        client = connection.get_client()
+        keys = [tagged(tag, "n")[0] for tag in tags_on_every_master(redis_cluster)]
+        calls = [(INCR, [key], ()) for key in keys]
+        assert scripts.run_many(client, calls) == [1] * len(keys)
+        node = redis_cluster.master_for_key(keys[0])
+        with node.stopped_until_a_client_gives_up():
+            results = scripts.run_many(client, calls)
+        slow = [k for k in keys if redis_cluster.master_for_key(k).port == node.port]
+        assert all(isinstance(r, redis.TimeoutError) for k, r in zip(keys, results, strict=True)
+                   if k in slow)
+        assert all(r == 2 for k, r in zip(keys, results, strict=True) if k not in slow)
+        assert [settled(node.client(), k) for k in slow] == [2] * len(slow)  # not re-sent
+
+
 def test_sentinel_client_does_not_resend_a_timed_out_script(
     redis_sentinel: SentinelTopology, sentinel_url: str
 ) -> None:

@@ -70,7 +70,7 @@ def replicated(primary: RedisServer, replica: RedisServer) -> bool:
 class ClusterNode(RedisServer):
     """A ``redis-server --cluster-enabled yes`` node whose bus port is also a free port."""
 
-    def __init__(self, *extra_args: str) -> None:
+    def __init__(self, *extra_args: str, port: int | None = None) -> None:
         self.bus_port = 0
         super().__init__(
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -78,7 +78,7 @@ class ClusterNode(RedisServer):
             # A replica that lost its master for a while may still be promoted (tests
             # kill masters on purpose; the production default is stricter).
             "--cluster-replica-validity-factor", "0",
-            *extra_args,
+            *extra_args, port=port,
         )
 
     def choose_extra_ports(self) -> None:

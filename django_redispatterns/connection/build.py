@@ -16,6 +16,7 @@ from ..conf import get_config
 from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
+from .clusterpipe import aunknown_redirect, pipeline_without_resend, unknown_redirect
 from .tls import ssl_options
 from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
@@ -217,6 +218,17 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
             async def mget(self, keys: Any, *args: Any) -> Any:  # see _SyncCluster
                 return await self.mget_nonatomic(keys, *args)
 
+            async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+                try:  # see _SyncCluster.execute_command
+                    return await super().execute_command(*args, **kwargs)
+                except AttributeError as exc:
+                    if await aunknown_redirect(self, exc) is None:
+                        raise
+                try:
+                    return await super().execute_command(*args, **kwargs)
+                except AttributeError as exc:
+                    raise (await aunknown_redirect(self, exc) or exc) from exc
+
         nodes: list[Any] = [AsyncNode(h, p) for h, p in parsed.hosts]
         return _AsyncCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0),
                              **creds, **kwargs)
@@ -236,7 +248,28 @@ def _async_cluster_takes_password() -> bool:
 
 class _SyncCluster(RedisCluster):
     """``RedisCluster`` whose ``MGET`` accepts keys of several slots (one ``MGET`` per
-    slot, not atomic across slots), as Django's ``cache.get_many()`` needs."""
+    slot, not atomic across slots), as Django's ``cache.get_many()`` needs, whose
+    pipelines never re-send a command, and which follows an ``ASK`` to a master that
+    joined after its slot map was read."""
 
     def mget(self, keys: Any, *args: Any) -> Any:
         return self.mget_nonatomic(keys, *args)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            error = unknown_redirect(self, exc)
+            if error is None:
+                raise
+        # The command was not sent (clusterpipe.unknown_redirect); the slot map now lists
+        # the new node, so it is sent once more, and only once.
+        try:
+            return super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            raise (unknown_redirect(self, exc) or exc) from exc
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        """Non-transactional pipelines never re-send a command (:mod:`.clusterpipe`)."""
+        pipe = super().pipeline(transaction, shard_hint)
+        return pipe if transaction else pipeline_without_resend(pipe)

@@ -52,10 +52,15 @@ _REDIS_OPTIONS = {
 }
 _BACKEND = ("django_redispatterns.cache.RedisCache" if STACK == "ours"
             else "django_redis.cache.RedisCache")
+# On Redis Cluster (``./dev soak --cluster``) the cache builds its client from the
+# ``redis+cluster://`` URL with the package's connection factory, as docs/scale.md shows.
+_CLUSTER = REDIS_URL.startswith("redis+cluster://")
+if _CLUSTER:
+    _REDIS_OPTIONS["CONNECTION_FACTORY"] = "django_redispatterns.connection.ConnectionFactory"
 CACHES = {
     alias: {
         "BACKEND": _BACKEND,
-        "LOCATION": REDIS_URL,
+        "LOCATION": [REDIS_URL] if _CLUSTER else REDIS_URL,
         "TIMEOUT": 300,
         "KEY_PREFIX": f"soak-{alias}",
         "OPTIONS": ({**_REDIS_OPTIONS, "STALE_TTL": stale} if STACK == "ours"
