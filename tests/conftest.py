@@ -29,7 +29,6 @@ from tests.redis_servers import (
     RedisServer,
     delete_own_keys,
     harness_redis_url,
-    main_redis_url,
     own_keys_without_ttl,
     reap_orphans,
     redis_server_binary,
@@ -214,7 +213,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     servers = (f"{binary} {'.'.join(map(str, server_version(binary)))}" if binary
                else "none (no binary: Cluster, Sentinel and fault tests skip)")
     if os.environ.get("REDIS_URL"):
-        main = f"{redact(os.environ['REDIS_URL'])} (REDIS_URL, shared: only this run's keys touched)"
+        main = (f"{redact(os.environ['REDIS_URL'])} "
+                "(REDIS_URL, shared: only this run's keys touched)")
         if os.environ.get("RPTEST_HARNESS_URL"):
             main += f", the tests' own clients as {redact(os.environ['RPTEST_HARNESS_URL'])}"
     else:

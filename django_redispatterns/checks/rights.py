@@ -29,10 +29,11 @@ SESSIONS = (*SCRIPTS, "COPY", "DEL", "EXISTS", "HEXISTS", "HGET", "HMGET", "HSET
             "PEXPIREAT", "PTTL", "TIME", "ZADD", "ZCARD", "ZRANGE", "ZREM", "ZREMRANGEBYSCORE",
             "ZSCORE", "MULTI", "EXEC")
 # A Redis cache: Django's cache API through django-redis and this app's backend (stampede
-# claims, counters, clear() and keys() by SCAN, the typed writes that keep a TTL).
+# claims, counters, clear() and keys() by SCAN, the typed writes that keep a TTL), and
+# PING (connection health checks, get_redis_connection(alias).ping()).
 CACHE = (*SCRIPTS, "APPEND", "BLMOVE", "DEL", "EXISTS", "EXPIRE", "GET", "HSET", "INCRBY", "LPUSH",
-         "MGET", "PERSIST", "PEXPIRE", "PTTL", "SADD", "SCAN", "SET", "TIME", "TOUCH", "TTL",
-         "UNLINK", "ZADD", "MULTI", "EXEC", "WATCH", "UNWATCH")
+         "MGET", "PERSIST", "PEXPIRE", "PING", "PTTL", "SADD", "SCAN", "SET", "TIME", "TOUCH",
+         "TTL", "UNLINK", "ZADD", "MULTI", "EXEC", "WATCH", "UNWATCH")
 # The near cache's tracking: the read connections redirect invalidations to a listening
 # connection subscribed to Redis's invalidation channel (kept alive by PING).
 NEAR_CACHE = ("CLIENT|TRACKING", "CLIENT|ID", "SUBSCRIBE", "PING")
@@ -58,23 +59,23 @@ def _prefixed(prefix: str, *parts: str) -> str:
 
 
 def needs(config: Config, features: Mapping[str, str], caches: Mapping[str, Mapping[str, Any]],
-          select: bool = False) -> list[Need]:
+          select: bool = False, near: bool = False) -> list[Need]:
     """The rights of every feature in ``features`` (name -> connection) and every cache in
     ``caches`` (alias -> CACHES entry); ``select``: some of them use a database other
-    than 0, so the connections send SELECT."""
+    than 0, so the connections send SELECT; ``near``: as if every cache had a near cache."""
     prefix = config.key_prefix
     extra = ("SELECT",) if select else ()
     listed: list[Need] = []
     for alias, entry in caches.items():
         cache_prefix = str(entry.get("KEY_PREFIX", ""))
         options = entry.get("OPTIONS") or {}
-        near = bool(options.get("NEAR_CACHE")) if isinstance(options, Mapping) else False
-        commands = CACHE + extra + (NEAR_CACHE if near else ())
+        tracked = near or (isinstance(options, Mapping) and bool(options.get("NEAR_CACHE")))
+        commands = CACHE + extra + (NEAR_CACHE if tracked else ())
         if "sentinel" in str(options.get("CLIENT_CLASS", "")).lower():
             commands += SENTINEL
         listed.append(Need(f"cache {alias!r}", alias, commands,
                            (glob_escape(cache_prefix) + ":*",),
-                           (NEAR_CHANNEL,) if near else (),
+                           (NEAR_CHANNEL,) if tracked else (),
                            _prefixed(cache_prefix, "rp-acl-probe")))
     table = {"locks": (LOCKS, "lock"), "rate limits": (RATELIMIT, "rl"),
              "idempotency records": (IDEMPOTENCY, "idem"), "sessions": (SESSIONS, "sess")}

@@ -2,7 +2,7 @@
 
     manage.py redis_acl                 # user "app", the features this project uses
     manage.py redis_acl --user web      # another user name
-    manage.py redis_acl --all           # as if every feature were used
+    manage.py redis_acl --all           # as if every feature (and near cache) were used
 
 One line per Redis server the settings name, granting exactly the commands, key patterns
 and channels the caches and features on it need (docs/security.md, "Least privilege").
@@ -31,7 +31,8 @@ class Command(RedisCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", default="app", help="the ACL user name (default: app)")
         parser.add_argument("--all", action="store_true",
-                            help="include every feature, not only those the project uses")
+                            help="include every feature (and a near cache on every cache), "
+                            "not only those the project uses")
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = options["user"]
@@ -40,7 +41,7 @@ class Command(RedisCommand):
         _import_urlconf()  # features used only by views count as used, as in the checks
         printed = 0
         for target in collect_targets(everything=options["all"]):
-            wanted = rights_needed(target)
+            wanted = rights_needed(target, near=options["all"])
             if not wanted:
                 continue
             self.stdout.write(f"# Redis at {target.endpoint}: "
