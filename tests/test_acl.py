@@ -217,3 +217,20 @@ def test_the_security_page_lists_exactly_what_each_feature_sends() -> None:
     for commands in (rights.CACHE, rights.NEAR_CACHE, rights.LOCKS, rights.RATELIMIT,
                      rights.IDEMPOTENCY, rights.SESSIONS, rights.SENTINEL):
         assert f"`{' '.join('+' + c.lower() for c in sorted(commands))}`" in page
+
+
+def test_operator_commands_as_the_app_user_on_a_locked_down_server(
+        server: RedisServer, as_user: Any) -> None:
+    url = apply(server, printed_rule(server.url))
+    server.client().set("someone-else:key", "x")  # a key the app user may not read
+    as_user(url)
+    caches["default"].set("a", 1, 30)
+    Lock("acl-audit", ttl=30).acquire()
+    out = io.StringIO()
+    call_command("redis_audit", stdout=out)
+    call_command("locks", "list", stdout=out)
+    text = out.getvalue()
+    assert "Keys without a TTL: none among those this Redis user may read.\n" in text
+    assert ("  1 keys were not checked: this Redis user may not read them (ACL key patterns); "
+            "audit as a user that may read every key.\n") in text
+    assert "acl-audit" in text and "Traceback" not in text
