@@ -6,7 +6,8 @@ Starts ``$REDIS_SERVER`` (else ``redis-server``) on a free loopback port with an
 and no default user, then runs COMMAND with:
 
 * ``REDIS_URL``: the ``app`` user, holding exactly the commands and channels that
-  ``manage.py redis_acl --all`` prints for the test settings. Its key patterns are the
+  ``manage.py redis_acl --all --cache-extras`` prints for the test settings (the suite
+  tests django-redis's data-type API too). Its key patterns are the
   printed ones widened to this run's namespace (``rptest-<run>-*``): the suite's tests
   also write under prefixes of their own derived from the worker's (``<prefix>-other``).
 * ``RPTEST_HARNESS_URL``: the ``harness`` user, for the tests' own set-up, checks and
@@ -51,7 +52,7 @@ def printed_rule(run: str) -> list[str]:
            "REDIS_URL": "redis://127.0.0.1:1/0", "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
     out = subprocess.run(
-        [sys.executable, "-m", "django", "redis_acl", "--all", "--user", APP],
+        [sys.executable, "-m", "django", "redis_acl", "--all", "--cache-extras", "--user", APP],
         cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
     lines = [line for line in out.splitlines() if line.startswith("ACL SETUSER")]
     if len(lines) != 1:

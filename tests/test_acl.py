@@ -215,7 +215,7 @@ def test_the_command_never_prints_a_password(server: RedisServer) -> None:
 def test_the_security_page_lists_exactly_what_each_feature_sends() -> None:
     page = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
     for commands in (rights.CACHE, rights.NEAR_CACHE, rights.LOCKS, rights.RATELIMIT,
-                     rights.IDEMPOTENCY, rights.SESSIONS, rights.SENTINEL):
+                     rights.IDEMPOTENCY, rights.SESSIONS, rights.SENTINEL, rights.CACHE_EXTRAS):
         assert f"`{' '.join('+' + c.lower() for c in sorted(commands))}`" in page
 
 

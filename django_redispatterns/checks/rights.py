@@ -27,13 +27,20 @@ RATELIMIT = (*SCRIPTS, "DECRBY", "DEL", "GET", "INCR", "INCRBY", "PEXPIRE", "PTT
 IDEMPOTENCY = (*SCRIPTS, "DEL", "GET", "PEXPIRE", "PTTL", "SCAN", "SET", "WAIT")
 SESSIONS = (*SCRIPTS, "COPY", "DEL", "EXISTS", "HEXISTS", "HGET", "HMGET", "HSET", "PEXPIRE",
             "PEXPIREAT", "PTTL", "TIME", "ZADD", "ZCARD", "ZRANGE", "ZREM", "ZREMRANGEBYSCORE",
-            "ZSCORE", "MULTI", "EXEC")
+            "ZREVRANGE", "ZSCORE", "MULTI", "EXEC")
 # A Redis cache: Django's cache API through django-redis and this app's backend (stampede
 # claims, counters, clear() and keys() by SCAN, the typed writes that keep a TTL), and
 # PING (connection health checks, get_redis_connection(alias).ping()).
 CACHE = (*SCRIPTS, "APPEND", "BLMOVE", "DEL", "EXISTS", "EXPIRE", "GET", "HSET", "INCRBY", "LPUSH",
          "MGET", "PERSIST", "PEXPIRE", "PING", "PTTL", "SADD", "SCAN", "SET", "TIME", "TOUCH",
          "TTL", "UNLINK", "ZADD", "MULTI", "EXEC", "WATCH", "UNWATCH")
+# django-redis's data-type API beyond Django's cache API (sets, hashes, sorted sets; the
+# backend keeps a TTL on what they write): granted only when asked for.
+CACHE_EXTRAS = ("HDEL", "HEXISTS", "HKEYS", "HLEN", "SCARD", "SDIFF", "SDIFFSTORE", "SINTER",
+                "SINTERSTORE", "SISMEMBER", "SMEMBERS", "SMISMEMBER", "SMOVE", "SPOP",
+                "SRANDMEMBER", "SREM", "SSCAN", "SUNION", "SUNIONSTORE", "ZCARD", "ZCOUNT",
+                "ZINCRBY", "ZPOPMAX", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZRANK", "ZREM",
+                "ZREMRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZSCORE")
 # The near cache's tracking: the read connections redirect invalidations to a listening
 # connection subscribed to Redis's invalidation channel (kept alive by PING).
 NEAR_CACHE = ("CLIENT|TRACKING", "CLIENT|ID", "SUBSCRIBE", "PING")
@@ -59,10 +66,11 @@ def _prefixed(prefix: str, *parts: str) -> str:
 
 
 def needs(config: Config, features: Mapping[str, str], caches: Mapping[str, Mapping[str, Any]],
-          select: bool = False, near: bool = False) -> list[Need]:
+          select: bool = False, near: bool = False, extras: bool = False) -> list[Need]:
     """The rights of every feature in ``features`` (name -> connection) and every cache in
     ``caches`` (alias -> CACHES entry); ``select``: some of them use a database other
-    than 0, so the connections send SELECT; ``near``: as if every cache had a near cache."""
+    than 0, so the connections send SELECT; ``near``: as if every cache had a near cache;
+    ``extras``: the caches' users call django-redis's data-type API too."""
     prefix = config.key_prefix
     extra = ("SELECT",) if select else ()
     listed: list[Need] = []
@@ -70,7 +78,8 @@ def needs(config: Config, features: Mapping[str, str], caches: Mapping[str, Mapp
         cache_prefix = str(entry.get("KEY_PREFIX", ""))
         options = entry.get("OPTIONS") or {}
         tracked = near or (isinstance(options, Mapping) and bool(options.get("NEAR_CACHE")))
-        commands = CACHE + extra + (NEAR_CACHE if tracked else ())
+        commands = (CACHE + extra + (NEAR_CACHE if tracked else ())
+                    + (CACHE_EXTRAS if extras else ()))
         if "sentinel" in str(options.get("CLIENT_CLASS", "")).lower():
             commands += SENTINEL
         listed.append(Need(f"cache {alias!r}", alias, commands,

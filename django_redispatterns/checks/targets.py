@@ -246,14 +246,15 @@ def probe(target: Target) -> list[ServerFacts]:
     return results
 
 
-def rights_needed(target: Target, near: bool = False) -> list[Need]:
+def rights_needed(target: Target, near: bool = False, extras: bool = False) -> list[Need]:
     """What the features using ``target`` need of its user (``checks.rights``; ``near``:
-    as if every cache had a near cache)."""
+    as if every cache had a near cache; ``extras``: with django-redis's data-type API)."""
     config, _ = load_config()
     if config is None:
         return []
     caches = {alias: entry for alias, entry in redis_caches().items() if alias in target.caches}
-    return needs(config, target.features, caches, select=any(target.dbs), near=near)
+    return needs(config, target.features, caches, select=any(target.dbs), near=near,
+                 extras=extras)
 
 
 def _read_rights(client: Any, facts: ServerFacts, wanted: list[Need]) -> None:

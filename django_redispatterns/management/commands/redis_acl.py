@@ -3,6 +3,7 @@
     manage.py redis_acl                 # user "app", the features this project uses
     manage.py redis_acl --user web      # another user name
     manage.py redis_acl --all           # as if every feature (and near cache) were used
+    manage.py redis_acl --cache-extras  # caches also used through django-redis's sadd, hset...
 
 One line per Redis server the settings name, granting exactly the commands, key patterns
 and channels the caches and features on it need (docs/security.md, "Least privilege").
@@ -33,6 +34,8 @@ class Command(RedisCommand):
         parser.add_argument("--all", action="store_true",
                             help="include every feature (and a near cache on every cache), "
                             "not only those the project uses")
+        parser.add_argument("--cache-extras", action="store_true",
+                            help="also django-redis's set, hash and sorted-set API on caches")
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = options["user"]
@@ -41,7 +44,8 @@ class Command(RedisCommand):
         _import_urlconf()  # features used only by views count as used, as in the checks
         printed = 0
         for target in collect_targets(everything=options["all"]):
-            wanted = rights_needed(target, near=options["all"])
+            wanted = rights_needed(target, near=options["all"],
+                                   extras=options["cache_extras"])
             if not wanted:
                 continue
             self.stdout.write(f"# Redis at {target.endpoint}: "
