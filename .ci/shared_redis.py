@@ -40,6 +40,15 @@ def canaries(client: redis.Redis) -> None:
     client.xadd("myapp:events", {"kind": "signup"})
 
 
+def shown(url: str) -> str:
+    """``url`` without its password, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def with_db(url: str, db: int) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{db}", query=""))
@@ -60,12 +69,12 @@ def seed(url: str, manifest: Path) -> None:
     for db_url in databases(url):
         client = redis.Redis.from_url(db_url)
         if client.dbsize():
-            sys.exit(f"{db_url} is not empty: seed a database nobody else uses")
+            sys.exit(f"{shown(db_url)} is not empty: seed a database nobody else uses")
         canaries(client)
         state[db_url] = snapshot(client)
     manifest.write_text(json.dumps(state))
     print(f"seeded {sum(map(len, state.values()))} keys of another program in "
-          f"{', '.join(state)}")
+          f"{', '.join(map(shown, state))}")
 
 
 def verify(url: str, manifest: Path, whole_server: bool = False) -> None:
@@ -75,14 +84,15 @@ def verify(url: str, manifest: Path, whole_server: bool = False) -> None:
         after = snapshot(redis.Redis.from_url(db_url))
         for key, (dump, expires) in before.items():
             if key not in after:
-                problems.append(f"{db_url}: {key!r} was deleted")
+                problems.append(f"{shown(db_url)}: {key!r} was deleted")
             elif after[key][0] != dump:
-                problems.append(f"{db_url}: {key!r} was changed")
+                problems.append(f"{shown(db_url)}: {key!r} was changed")
             elif after[key][1] != expires:
-                problems.append(f"{db_url}: {key!r} TTL changed")
+                problems.append(f"{shown(db_url)}: {key!r} TTL changed")
         left = sorted(set(after) - set(before))
         if left:
-            problems.append(f"{db_url}: the suite left {len(left)} keys behind: {left[:20]}")
+            problems.append(f"{shown(db_url)}: the suite left {len(left)} keys behind: "
+                            f"{left[:20]}")
     checked = {urlsplit(db).path for db in state}
     keyspace = redis.Redis.from_url(url).info("keyspace")
     others = {f"/{name[2:]}": info for name, info in keyspace.items()

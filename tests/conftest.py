@@ -22,12 +22,13 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redispatterns import connection
+from django_redispatterns.connection import redact
 from tests.redis_servers import (
     KEY_PREFIX,
     SKIP_REASON,
     RedisServer,
     delete_own_keys,
-    main_redis_url,
+    harness_redis_url,
     own_keys_without_ttl,
     raw_client,
     reap_orphans,
@@ -106,8 +107,9 @@ def _server_wide_commands_only_on_our_servers() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    """URL of the real Redis this run uses; skips the test when there is none."""
-    url = main_redis_url()
+    """URL of the real Redis this run uses (as the harness user, when there is one);
+    skips the test when there is none."""
+    url = harness_redis_url()
     if url is None:
         pytest.skip(SKIP_REASON)
     try:
@@ -143,7 +145,7 @@ def _every_key_has_a_ttl(request: pytest.FixtureRequest) -> Iterator[None]:
     ``@pytest.mark.allow_no_ttl``.
     """
     yield
-    url = main_redis_url()
+    url = harness_redis_url()
     if url is None:
         return
     client = raw_client(url, socket_timeout=10)
@@ -213,7 +215,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     servers = (f"{binary} {'.'.join(map(str, server_version(binary)))}" if binary
                else "none (no binary: Cluster, Sentinel and fault tests skip)")
     if os.environ.get("REDIS_URL"):
-        main = f"{os.environ['REDIS_URL']} (REDIS_URL, shared: only this run's keys touched)"
+        main = (f"{redact(os.environ['REDIS_URL'])} "
+                "(REDIS_URL, shared: only this run's keys touched)")
+        if os.environ.get("RPTEST_HARNESS_URL"):
+            main += f", the tests' own clients as {redact(os.environ['RPTEST_HARNESS_URL'])}"
     else:
         main = "a private server per worker" if binary else f"none ({SKIP_REASON})"
     prefix = KEY_PREFIX.rsplit("-", 1)[0]

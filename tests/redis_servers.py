@@ -3,7 +3,9 @@
 Order of preference for the main test server (tests talk to a real Redis, never a mock):
 1. ``REDIS_URL`` from the environment: a server other software may use too. The run then
    only writes, checks and deletes keys under its own prefixes (:data:`KEY_PREFIX`), never
-   flushes it or changes its settings; a test that needs a whole server starts its own;
+   flushes it or changes its settings; a test that needs a whole server starts its own.
+   With ``RPTEST_HARNESS_URL`` too, ``REDIS_URL`` is the app's least-privilege user and
+   the tests' own raw clients use the harness URL (:func:`harness_redis_url`);
 2. a private server on a free port, one per xdist worker;
 3. a testcontainers Redis when Docker is available;
 4. none: Redis tests skip with a clear reason.
@@ -362,6 +364,14 @@ def main_redis_url() -> str | None:
     if redis_server_binary() is not None:
         return RedisServer().url
     return _docker_redis_url()
+
+
+def harness_redis_url() -> str | None:
+    """URL the tests' own set-up, checks and clean-up use on the main server:
+    ``$RPTEST_HARNESS_URL`` when the app's ``REDIS_URL`` is a least-privilege user (the
+    managed stage: a harness user may read and delete any of the run's keys), else the
+    main URL itself."""
+    return os.environ.get("RPTEST_HARNESS_URL") or main_redis_url()
 
 
 SKIP_REASON = (

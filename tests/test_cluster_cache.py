@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.cache import caches
 from django.test import override_settings
 
@@ -212,9 +213,10 @@ def test_django_redis_native_sentinel_alias_gives_sync_and_async_clients(
 
 def test_connection_factory_passes_plain_urls_to_django_redis(redis_url: str,
                                                               redis_client: Any) -> None:
-    """With a plain redis:// LOCATION our factory is django-redis's own: same pool, options."""
+    """With a plain redis:// LOCATION our factory is django-redis's own: same pool, options.
+    (The app's URL: ``redis_url`` is the harness user's when there is one.)"""
     connection.reset_clients()
-    with override_settings(CACHES=cache_settings(redis_url)):
+    with override_settings(CACHES=cache_settings(settings.REDIS_URL)):
         cache = caches["patterns"]
         client = cache.client.get_client()
         assert not connection.is_cluster(client)

@@ -11,6 +11,7 @@ from .messages import (
     E011,
     I001,
     I002,
+    I003,
     MIN_VERSION,
     TAG,
     W010,
@@ -20,6 +21,7 @@ from .messages import (
     W014,
     W015,
     W016,
+    W021,
     W030,
     W031,
 )
@@ -54,6 +56,7 @@ def evaluate(report: ServerReport) -> list[CheckMessage]:
     if facts.role in ("slave", "replica"):
         messages.append(W015(obj=obj, server=server, used_by=used_by))
 
+    messages += _rights(report)
     durable = sorted(r for r in report.roles if r in DURABLE_FEATURES)
     messages += _persistence(report, durable)
 
@@ -116,9 +119,21 @@ def _persistence(report: ServerReport, durable: list[str]) -> list[CheckMessage]
     return [I002(server=facts.endpoint, features=features, names=" and ".join(hidden))]
 
 
+def _rights(report: ServerReport) -> list[CheckMessage]:
+    """W021 per feature whose user lacks a command it needs; I003 when that is unknown."""
+    facts = report.facts
+    if facts.rights_unknown is not None:
+        return [I003(server=facts.endpoint, used_by=report.used_by, why=facts.rights_unknown)]
+    by_feature: dict[str, list[str]] = {}
+    for feature, command in facts.missing or ():
+        by_feature.setdefault(feature, []).append(command)
+    return [W021(server=facts.endpoint, feature=feature, commands=", ".join(commands))
+            for feature, commands in sorted(by_feature.items())]
+
+
 @register(TAG, Tags.caches, deploy=True)
 def check_redis_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W010-W016, E010, E011, I001, I002, W030: contact each configured Redis once and
+    """W010-W016, W021, E010, E011, I001-I003, W030: contact each configured Redis once and
     judge it; W031: TLS without the host name check."""
     messages: list[CheckMessage] = []
     for report in gather():

@@ -162,6 +162,18 @@ I002 = Message(
     "snapshots or an append-only file, or a restart forgets sessions, idempotency records "
     "and lock fencing counters.",
 )
+W021 = Message(
+    Warning, "W021",
+    "Redis at {server}: the user may not run {commands}, needed by {feature}.",
+    "Grant the user the rights `manage.py redis_acl` prints (docs/security.md, \"Least "
+    "privilege\"); until then every call of {feature} that sends it fails.",
+)
+I003 = Message(
+    Info, "I003",
+    "Could not tell which commands the Redis user of {server} may run ({used_by}): {why}.",
+    "Compare the user's rights with what `manage.py redis_acl` prints "
+    "(docs/security.md, \"Least privilege\").",
+)
 # --- settings the checks read (no network) --------------------------------------------
 W017 = Message(
     Warning, "W017",
@@ -223,6 +235,6 @@ W031 = Message(
 MESSAGES: tuple[Message, ...] = (
     E001, W001, E002, E003, E004, W002, W004, E008, E009, W003,
     W010, W011, W012, W013, W014, W015, E010, E011, I001, W016, I002, W017, W018, W019,
-    E012, W020, E013, W030, W031,
+    E012, W020, E013, W021, I003, W030, W031,
 )
 

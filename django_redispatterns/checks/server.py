@@ -31,6 +31,9 @@ class ServerFacts:
     source: str | None = None  # "CONFIG" or "INFO": where maxmemory/policy came from
     aof: bool | None = None  # appendonly yes (from CONFIG, else INFO's aof_enabled)
     rdb: bool | None = None  # RDB snapshot rules (save) set: only CONFIG tells
+    # (feature, command) pairs the connected user may not run; None: not probed or unknown
+    missing: list[tuple[str, str]] | None = None
+    rights_unknown: str | None = None  # why the rights could not be told
 
     @property
     def version_tuple(self) -> tuple[int, ...] | None:

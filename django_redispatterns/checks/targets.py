@@ -31,6 +31,7 @@ from .project import (
     redis_caches,
     url_db,
 )
+from .rights import Need, needs, probe_rights
 from .server import ServerFacts, read_facts
 
 # Seconds a deploy check waits for one server (connect, and each reply).
@@ -46,6 +47,8 @@ class Target:
     options: dict[str, Any] = field(default_factory=dict)  # extra client kwargs
     sentinels: list[tuple[str, int]] = field(default_factory=list)
     roles: set[str] = field(default_factory=set)  # "cache:<alias>", "locks", ...
+    features: dict[str, str] = field(default_factory=dict)  # app feature -> its connection
+    caches: set[str] = field(default_factory=set)  # aliases of the caches on it
     dbs: set[int] = field(default_factory=set)
 
     @property
@@ -75,13 +78,19 @@ def _cache_client_options(entry: Mapping[str, Any]) -> dict[str, Any]:
     return picked
 
 
-def _features_in_use(config: Config) -> dict[str, str]:
-    """Durable-ish features this project evidently uses -> their connection.
+def _features_in_use(config: Config, everything: bool = False) -> dict[str, str]:
+    """Durable-ish features this project evidently uses (``everything``: all of them)
+    -> their connection.
 
     A feature counts as used when its setting section is given, its middleware or engine
     is installed, or its module has been imported by the time checks run (URLconfs and
     views are imported by then).
     """
+    if everything:
+        return {"sessions": config.connection_for("SESSIONS"),
+                "idempotency records": config.connection_for("IDEMPOTENCY"),
+                "locks": config.connection_for("LOCKS"),
+                "rate limits": config.connection_for("RATELIMIT")}
     raw = getattr(settings, SETTING_NAME, {}) or {}
     middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
     used: dict[str, str] = {}
@@ -98,12 +107,13 @@ def _features_in_use(config: Config) -> dict[str, str]:
     return used
 
 
-def collect_targets() -> list[Target]:
-    """Every configured Redis endpoint, each once, with the roles that use it."""
+def collect_targets(everything: bool = False) -> list[Target]:
+    """Every configured Redis endpoint, each once, with the roles that use it
+    (``everything``: as if every feature were used)."""
     targets: dict[tuple[Any, ...], Target] = {}
 
     def add(connection: str, role: str, options: Mapping[str, Any] | None = None,
-            sentinels: Iterable[tuple[str, int]] = ()) -> None:
+            sentinels: Iterable[tuple[str, int]] = ()) -> Target:
         parts = urlsplit(connection)
         # netloc, not hostname/port: Cluster and Sentinel URLs list several host:port pairs
         key = (parts.scheme, parts.netloc.rsplit("@", 1)[-1].lower(),
@@ -115,6 +125,7 @@ def collect_targets() -> list[Target]:
         # the static check judges a cluster URL's db
         if parts.scheme not in ("redis+cluster", "rediss+cluster"):
             target.dbs.add(url_db(connection))
+        return target
 
     caches = redis_caches()
     session_alias = getattr(settings, "SESSION_CACHE_ALIAS", "default")
@@ -125,22 +136,23 @@ def collect_targets() -> list[Target]:
             continue
         options = _cache_client_options(entry)  # location names the database already
         sentinels = cache_sentinels(entry)
-        add(location, f"cache {alias!r}", options, sentinels)
+        add(location, f"cache {alias!r}", options, sentinels).caches.add(alias)
         if alias == session_alias and session_engine in DJANGO_CACHE_SESSION_ENGINES:
             add(location, "sessions", options, sentinels)
 
     config, _ = load_config()
     if config is not None:
-        for feature, connection in _features_in_use(config).items():
+        for feature, connection in _features_in_use(config, everything).items():
             if connection_problem(connection):
                 continue  # E004 already says so
             if "://" in connection:
-                add(connection, feature)
+                add(connection, feature).features[feature] = connection
             else:
                 entry = caches[connection]
                 url = cache_url(entry)
                 if url is not None:  # always: connection_problem checked it
-                    add(url, feature, _cache_client_options(entry), cache_sentinels(entry))
+                    add(url, feature, _cache_client_options(entry),
+                        cache_sentinels(entry)).features[feature] = connection
     return list(targets.values())
 
 
@@ -227,16 +239,54 @@ def probe(target: Target) -> list[ServerFacts]:
     except (redis.RedisError, OSError, IndexError, ValueError) as exc:
         return [ServerFacts(target.endpoint, error=_describe(exc))]
     results = []
+    wanted = rights_needed(target)
     for name, make_client in endpoints:
         try:
             client = make_client()
             try:
-                results.append(read_facts(client, name))
+                facts = read_facts(client, name)
+                _read_rights(client, facts, wanted)
+                results.append(facts)
             finally:
                 client.close()
         except (redis.RedisError, OSError, ValueError) as exc:
             results.append(ServerFacts(name, error=_describe(exc)))
     return results
+
+
+def rights_needed(target: Target, near: bool = False, extras: bool = False) -> list[Need]:
+    """What the features using ``target`` need of its user (``checks.rights``; ``near``:
+    as if every cache had a near cache; ``extras``: with django-redis's data-type API)."""
+    config, _ = load_config()
+    if config is None:
+        return []
+    caches = {alias: entry for alias, entry in redis_caches().items() if alias in target.caches}
+    return needs(config, target.features, caches, select=any(target.dbs), near=near,
+                 extras=extras)
+
+
+def _read_rights(client: Any, facts: ServerFacts, wanted: list[Need]) -> None:
+    import redis
+
+    if not wanted:
+        return
+    facts.missing = []
+    try:
+        for need in wanted:
+            found = probe_rights(client, need)
+            if found is None:
+                facts.missing, facts.rights_unknown = None, "the server does not queue MULTI"
+                return
+            facts.missing += [(m.feature, m.command) for m in found]
+    except (redis.RedisError, OSError) as exc:
+        facts.missing, facts.rights_unknown = None, _describe(exc)
+
+
+def _merge_rights(into: ServerFacts, other: ServerFacts) -> None:
+    into.rights_unknown = into.rights_unknown or other.rights_unknown
+    if other.missing is not None:
+        known = into.missing or []
+        into.missing = known + [m for m in other.missing if m not in known]
 
 
 def _describe(exc: BaseException) -> str:
@@ -267,6 +317,8 @@ def gather() -> list[ServerReport]:
             # Two URLs naming one instance (localhost vs 127.0.0.1) share a run_id.
             key = facts.run_id or f"endpoint:{facts.endpoint}"
             report = reports.setdefault(key, ServerReport(facts))
+            if report.facts is not facts:  # rights are probed per target: keep them all
+                _merge_rights(report.facts, facts)
             report.roles |= target.roles
             report.dbs |= target.dbs
     return list(reports.values())

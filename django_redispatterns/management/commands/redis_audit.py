@@ -78,6 +78,7 @@ class Report:
     scanned: int = 0
     measured: int = 0
     memory_usage_available: bool = True
+    unreadable: int = 0  # keys whose TTL the connected user may not read (ACL key patterns)
     no_ttl: Counter[str] = field(default_factory=Counter)
     no_ttl_examples: dict[str, str] = field(default_factory=dict)
     largest: list[tuple[int, str, str]] = field(default_factory=list)  # heap: bytes, key, node
@@ -113,6 +114,7 @@ class Report:
             "scanned": self.scanned,
             "measured": self.measured,
             "memory_usage_available": self.memory_usage_available,
+            "unreadable": self.unreadable,
             "seconds": round(self.seconds, 3),
             "no_ttl": {
                 "count": self.no_ttl_count,
@@ -277,6 +279,8 @@ class Command(RedisCommand):
             if isinstance(size, Exception):
                 report.memory_usage_available = False  # disabled or denied by ACL
                 size = None
+            if isinstance(ttl, Exception):  # a key outside the user's ACL key patterns
+                report.unreadable += 1
             probes.append((ttl if isinstance(ttl, int) else -2,
                            size if isinstance(size, int) else None))
         return probes
@@ -336,8 +340,13 @@ class Command(RedisCommand):
                 out(f"  {count:>10,}  {printable(pattern, keep='')}  ({example}){ours}")
             if len(report.no_ttl) > 20:
                 out(f"  ... and {len(report.no_ttl) - 20:,} more patterns (see --json).")
-        else:
+        elif not report.unreadable:
             out("Keys without a TTL: none.", self.style.SUCCESS)
+        else:
+            out("Keys without a TTL: none among those this Redis user may read.")
+        if report.unreadable:
+            out(f"  {report.unreadable:,} keys were not checked: this Redis user may not read "
+                "them (ACL key patterns); audit as a user that may read every key.")
 
         if report.largest:
             sampled = "" if report.measured >= report.scanned else (
