@@ -350,9 +350,9 @@ def url_client_kwargs(url: str) -> dict[str, Any]:
     return {kw: os.environ[name] for kw, name in TLS_ENV.items() if os.environ.get(name)}
 
 
-@functools.cache
 def raw_client(url: str, **kwargs: Any) -> redis.Redis:
-    """A plain redis-py client of ``url`` for the test side (certificates included)."""
+    """A new plain redis-py client of ``url`` for the test side (certificates included);
+    its caller owns it (never shared: a caller may close it while other threads run)."""
     return redis.Redis.from_url(url, **url_client_kwargs(url), **kwargs)
 
 
