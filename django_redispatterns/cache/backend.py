@@ -186,7 +186,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
             client = dr_client.get_server(nkey) if self._shard else dr_client.get_client(False)
         try:
             if self._codec.stale_reads:
-                raw, record = client.mget(self._codec.read_keys([nkey]))
+                raw, record = self._codec.read_pair(client, self._codec.read_keys([nkey]))
             else:
                 raw, record = client.get(nkey), None
         except REDIS_ERRORS as exc:
@@ -233,8 +233,9 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         if ttl is not None and ttl <= 0:  # Django: compute, store nothing
             return value_of(default)
         try:
-            raw, record = (dr_client.get_server(nkey) if self._shard
-                           else dr_client.get_client(False)).mget(self._codec.hit_keys(nkey))
+            raw, record = self._codec.read_pair(
+                dr_client.get_server(nkey) if self._shard else dr_client.get_client(False),
+                self._codec.hit_keys(nkey))
         except REDIS_ERRORS as exc:
             self._degraded("get_or_set", exc, None)
             return value_of(default)

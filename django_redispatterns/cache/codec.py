@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from django_redis.client import DefaultClient
 from redis.crc import key_slot
+from redis.exceptions import ClusterError, TryAgainError
 
 from . import envelope, meta
 from .compat import ValidatingKeys
@@ -204,6 +205,15 @@ class Codec:
     def hit_keys(self, nkey: str) -> list[str]:
         """What a ``get_or_set`` hit reads, in one MGET: the value and its metadata."""
         return [nkey, self.meta_key(nkey)]
+
+    @staticmethod
+    def read_pair(conn: Any, nkeys: list[str]) -> list[Any]:
+        """MGET of a key and its companion; one GET each when Redis Cluster refuses the
+        multi-key read because a slot migration has them on two nodes for a moment."""
+        try:
+            return list(conn.mget(nkeys))
+        except (TryAgainError, ClusterError):
+            return [conn.get(nkey) for nkey in nkeys]
 
     def shares_slot(self, nkey: str) -> bool:
         """True when ``nkey``'s lock can share its Redis Cluster slot."""

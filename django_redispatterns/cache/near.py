@@ -173,9 +173,11 @@ class NearCache:
 
     def _unkept(self, nkey: str) -> Fetched | None:
         """``nkey`` read through the cache's own client (it follows MOVED / ASK), not kept."""
-        raw, record = self._owner.client.get_client(write=True).mget(
-            [nkey, self._meta_key(nkey)])
-        return None if raw is None else (raw, _hint(raw), record)
+        # Two GETs, not one MGET: during a slot migration the two keys may sit on two
+        # nodes for a moment, and a multi-key read is refused until they meet again.
+        client = self._owner.client.get_client(write=True)
+        raw = client.get(nkey)
+        return None if raw is None else (raw, _hint(raw), client.get(self._meta_key(nkey)))
 
     async def afetch(self, nkey: str) -> Fetched | None:
         """:meth:`fetch` in a worker thread (one pool for sync and async callers)."""
