@@ -134,6 +134,24 @@ def test_get_or_set_with_a_lone_closing_brace_on_cluster(cluster_cache: Any) -> 
     assert cluster_cache.get_or_set("odd}key", lambda: 3, timeout=60) == 2
 
 
+def test_get_or_set_hit_while_its_slot_migrates(redis_cluster: ClusterTopology,
+                                                cluster_cache: Any) -> None:
+    """A value and its metadata on two nodes for a moment (one key moved): a hit still."""
+    cache = cluster_cache
+    assert cache.get_or_set("moving", lambda: {"v": 1}, timeout=60) == {"v": 1}
+    nkey = cache.make_key("moving")
+    slot = redis_cluster.client().keyslot(nkey)
+    source = redis_cluster.master_for_slot(slot)
+    target = next(m for m in redis_cluster.masters() if m.port != source.port)
+    redis_cluster.migrate_slot_start(slot, target)
+    try:
+        redis_cluster.migrate_keys(source, target, [nkey])  # the metadata stays behind
+        assert cache.get_or_set("moving", lambda: pytest.fail("recomputed"), 60) == {"v": 1}
+    finally:
+        redis_cluster.migrate_slot_finish(slot, source, target)
+    assert cache.get_or_set("moving", lambda: pytest.fail("recomputed"), 60) == {"v": 1}
+
+
 def test_async_cache_calls_on_cluster(cluster_cache: Any) -> None:
     async def main() -> tuple[Any, Any]:
         await cluster_cache.aset("async-key", [1, 2], timeout=60)

@@ -86,9 +86,9 @@ def settings_for(url: str, prefix: str, backend: str, names: list[str]) -> dict[
 
 
 def ours(url: str, prefix: str, name: str) -> RedisCache:
-    """This backend as configured for the deploy window (docs/migration.md)."""
+    """This backend with its default options beside django-redis's (docs/migration.md)."""
     return RedisCache(url, {"TIMEOUT": 600, "KEY_PREFIX": f"{prefix}-{name}", "VERSION": 3,
-                            "OPTIONS": {**SERIALIZERS[name], "GET_OR_SET_FORMAT": "plain"}})
+                            "OPTIONS": dict(SERIALIZERS[name])})
 
 
 def check_mixed_fleet(peer: Peer, url: str, backend: str, names: list[str]) -> None:
@@ -109,7 +109,7 @@ def check_mixed_fleet(peer: Peer, url: str, backend: str, names: list[str]) -> N
         where = f"{peer.name} {backend.rsplit('.', 2)[-2]} {name}"
         assert r["get"] == {k: ["ok", v] for k, v in SAMPLES.items()}, where
         assert r["get_many"] == ["ok", {"n:" + k: v for k, v in SAMPLES.items()}], where
-        # A get_or_set entry (GET_OR_SET_FORMAT "plain") is the value to an old process.
+        # A get_or_set entry (default options) is the value to an old process.
         assert r["gos"] == ["ok", {"computed": 1}], where
         assert r["incr"] == ["ok", 15] and r["decr"] == ["ok", 14], where
         assert r["touch"] == ["ok", True], where

@@ -80,8 +80,11 @@ class AsyncMethods:
         nkey = self.client.make_key(key, version=version)
 
         async def call(ac: Any) -> Any:
-            raw = await ac.get(nkey)
-            return default if raw is None else self._codec.visible(raw, default)
+            if self._codec.stale_reads:
+                raw, record = await ac.mget(self._codec.read_keys([nkey]))
+            else:
+                raw, record = await ac.get(nkey), None
+            return default if raw is None else self._codec.visible(raw, default, record)
 
         return await self._acall("get", default, call, lambda: self.get(key, default, version))
 
@@ -92,7 +95,7 @@ class AsyncMethods:
         async def call(ac: Any) -> Any:
             if not nkeys:
                 return {}
-            return self._codec.found(nkeys, await ac.mget(list(nkeys)))
+            return self._codec.found(nkeys, await ac.mget(self._codec.read_keys(nkeys)))
 
         return await self._acall("get_many", {}, call, lambda: self.get_many(keys, version))
 
@@ -195,12 +198,13 @@ class AsyncMethods:
         if ttl is not None and ttl <= 0:  # Django: compute, store nothing
             return await maybe_await(value_of(default))
         try:
-            raw = await aclient.get(nkey)
+            raw, record = await aclient.mget(self._codec.hit_keys(nkey))
         except REDIS_ERRORS as exc:
             self._degraded("get_or_set", exc, None)
             return await maybe_await(value_of(default))
         if raw is not None:
-            hit = self._codec.fresh(raw, self._flight.policy.beta)
+            hit = self._codec.fresh(raw, self._flight.policy.beta, record)
             if hit is not MISSING:
                 return hit
-        return await self._flight.amiss(aclient, key, nkey, ttl, default, raw)
+        return await self._flight.amiss(aclient, key, nkey, ttl, default,
+                                        None if raw is None else (raw, record))

@@ -93,7 +93,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         self._client_cls = client_class(base)
         # The hit path calls django-redis's own decode, skipping the envelope-aware wrapper.
         self._plain_decode = base.decode  # type: ignore[attr-defined]
-        self._codec = Codec(self, self._plain_decode)
+        self._codec = Codec(self, self._plain_decode, stale_reads=own.policy.stale_ttl > 0)
         self._ops = RedisOps(self, shard=self._shard)
         self._aclients = AsyncClients(self, opts, self._client_cls)
         self._counters = Counters(
@@ -185,18 +185,22 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         if client is None:
             client = dr_client.get_server(nkey) if self._shard else dr_client.get_client(False)
         try:
-            raw = client.get(nkey)
+            if self._codec.stale_reads:
+                raw, record = self._codec.read_pair(client, self._codec.read_keys([nkey]))
+            else:
+                raw, record = client.get(nkey), None
         except REDIS_ERRORS as exc:
             return self._degraded("get", exc, default)
         if raw is None:
             return default
-        if raw[:MAGIC_LEN] != envelope.MAGIC:  # the hit path: django-redis's own decode
+        if record is None and raw[:MAGIC_LEN] != envelope.MAGIC:
+            # the hit path: django-redis's own decode
             try:
                 return self._plain_decode(dr_client, raw)
             except Exception as exc:  # undecodable (truncated, another serializer): a miss
                 undecodable(raw, exc)
                 return default
-        return self._codec.visible(raw, default)
+        return self._codec.visible(raw, default, record)
 
     def get_many(self, keys: Iterable[Any], version: int | None = None, client: Any = None) -> Any:
         if self._herd or self._shard:
@@ -207,7 +211,7 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         nkeys = {self.client.make_key(k, version=version): k for k in keys}
         conn = client if client is not None else self.client.get_client(write=False)
         try:
-            raws = conn.mget(list(nkeys))
+            raws = conn.mget(self._codec.read_keys(nkeys))
         except REDIS_ERRORS as exc:
             return self._degraded("get_many", exc, {})
         return self._codec.found(nkeys, raws)
@@ -219,7 +223,8 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         """Django's ``get_or_set`` with stampede protection: for one expired or missing
         key, the callable runs once across all threads and processes while the others
         wait (bounded) for its value, or get the stale value (``STALE_TTL``). Its
-        exception reaches only the caller that ran it. A hit is one GET."""
+        exception reaches only the caller that ran it. A hit is one MGET of the value
+        and its metadata (one round trip)."""
         if self._herd:
             return super().get_or_set(key, default, timeout, version)
         ttl = self._resolve_ttl(timeout)
@@ -228,20 +233,22 @@ class RedisCache(DjangoContract, InheritedMethods, AsyncMethods, DjangoRedisCach
         if ttl is not None and ttl <= 0:  # Django: compute, store nothing
             return value_of(default)
         try:
-            raw = (dr_client.get_server(nkey) if self._shard
-                   else dr_client.get_client(False)).get(nkey)
+            raw, record = self._codec.read_pair(
+                dr_client.get_server(nkey) if self._shard else dr_client.get_client(False),
+                self._codec.hit_keys(nkey))
         except REDIS_ERRORS as exc:
             self._degraded("get_or_set", exc, None)
             return value_of(default)
+        seen = None if raw is None else (raw, record)
         if raw is not None:
-            hit = self._codec.fresh(raw, self._flight.policy.beta)
+            hit = self._codec.fresh(raw, self._flight.policy.beta, record)
             if hit is not MISSING:
-                return hit  # the hit path: one GET
+                return hit  # the hit path: one MGET
         if not self._codec.shares_slot(nkey) and self._ops.on_cluster(nkey):
             # No key can share this key's Cluster slot, so no script can lock it: keep
             # Django's algorithm (get, compute, add) for it rather than fail with CROSSSLOT.
             return super().get_or_set(key, default, timeout, version)
-        return self._flight.miss(key, nkey, ttl, default, raw)
+        return self._flight.miss(key, nkey, ttl, default, seen)
 
     def _own_alias(self) -> str | None:
         """The CACHES alias configured as this backend (its lock connection), if any."""

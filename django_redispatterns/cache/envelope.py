@@ -1,4 +1,8 @@
-"""The value format of entries written by ``get_or_set``: metadata and payload in one string.
+"""The value format ``get_or_set`` wrote in 0.1.0: metadata and payload in one string.
+
+This release stores ``get_or_set`` values plain, with their metadata in a companion key
+(:mod:`.meta`); it still reads entries in this format (left by a 0.1.0 process during an
+upgrade) as before, and :class:`Entry` describes both.
 
 ``MAGIC + pack(">dd", soft_expiry, delta) + payload`` where ``payload`` is exactly what
 django-redis would have stored (its serializer, then its compressor), ``soft_expiry`` is the

@@ -49,11 +49,11 @@ async def maybe_await(value: Any) -> Any:
 class SingleFlight:
     """The miss path of one backend's ``get_or_set`` / ``aget_or_set``.
 
-    ``raw`` is what the caller's GET found: ``None`` for a miss (coalesced with the other
-    missers of this process), or the bytes of a stale or early-refreshing entry (straight
-    to the flow: such a caller never waits for this process's others). ``scope`` names
-    the server in the in-process flight key. Claims are renewed on ``ops`` (the sync
-    client) for async callers too.
+    ``seen`` is what the caller's read found: ``None`` for a miss (coalesced with the other
+    missers of this process), or the bytes and metadata of a stale or early-refreshing
+    entry (straight to the flow: such a caller never waits for this process's others).
+    ``scope`` names the server in the in-process flight key. Claims are renewed on
+    ``ops`` (the sync client) for async callers too.
     """
 
     def __init__(self, codec: Codec, ops: RedisOps, policy: Policy,
@@ -66,30 +66,30 @@ class SingleFlight:
         self._scope = scope
         self._coalescer = Coalescer(policy.max_wait, report, codec.copy)
 
-    def _flow(self, key: Any, ttl: float | None, nkey: str, raw: bytes | None,
+    def _flow(self, key: Any, ttl: float | None, nkey: str, seen: stampede.Seen | None,
               waited: float) -> stampede.Flow:
         return stampede.get_or_set_flow(self._codec, self._report, key, ttl, nkey,
-                                        self.policy, raw, waited)
+                                        self.policy, seen, waited)
 
     def miss(self, key: Any, nkey: str, ttl: float | None, default: Any,
-             raw: bytes | None) -> Any:
+             seen: stampede.Seen | None) -> Any:
         io = _SyncIO(self._ops, default)
 
         def attempt(waited: float) -> Any:
-            return _run_sync(self._drive(io, self._flow(key, ttl, nkey, raw, waited)))
+            return _run_sync(self._drive(io, self._flow(key, ttl, nkey, seen, waited)))
 
-        if raw is not None:  # stale, or XFetch picked us: through the flow, no waiting
+        if seen is not None:  # stale, or XFetch picked us: through the flow, no waiting
             return alone(attempt)
         return self._coalescer.run(key, (self._scope, nkey), attempt)
 
     async def amiss(self, aclient: Any, key: Any, nkey: str, ttl: float | None, default: Any,
-                    raw: bytes | None) -> Any:
+                    seen: stampede.Seen | None) -> Any:
         io = _AsyncIO(aclient, default)
 
         async def attempt(waited: float) -> Any:
-            return await self._drive(io, self._flow(key, ttl, nkey, raw, waited))
+            return await self._drive(io, self._flow(key, ttl, nkey, seen, waited))
 
-        if raw is not None:
+        if seen is not None:
             return await aalone(attempt)
         return await self._coalescer.arun(key, (self._scope, nkey), attempt)
 

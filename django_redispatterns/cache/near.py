@@ -46,7 +46,7 @@ from redis.sentinel import SentinelConnectionPool
 from ..connection import is_cluster
 from ..exceptions import ConfigurationError
 from ..scripts import script
-from . import envelope
+from . import envelope, meta
 from .nearcluster import ClusterChannels
 from .nearfills import FillKeys
 from .nearlisten import CHECKOUT, SILENT_LIMIT, Listener, tracked_class
@@ -57,6 +57,7 @@ _all: weakref.WeakSet[NearCache] = weakref.WeakSet()
 # Django builds one backend per thread and alias: they share one near cache per process
 # and configuration (same LOCATION and OPTIONS), so a write by one thread drops the
 # local copy every thread reads, and there is one channel, not one per thread.
+Fetched = tuple[bytes, Any, Any]  # (raw, decode hint, get_or_set metadata or None)
 _shared: dict[tuple[str, str], NearCache] = {}
 _shared_lock = threading.Lock()
 
@@ -121,9 +122,10 @@ class NearCache:
 
     # --- a miss -----------------------------------------------------------------------
 
-    def fetch(self, nkey: str) -> tuple[bytes, Any] | None:
+    def fetch(self, nkey: str) -> Fetched | None:
         """GET ``nkey`` from Redis (one round trip), keeping it locally when that is safe
-        (module docstring): ``(raw, decode hint)``, or ``None`` when there is no such key.
+        (module docstring): ``(raw, decode hint, get_or_set metadata or None)``, or
+        ``None`` when there is no such key.
         Redis errors propagate."""
         channels = self.listener or self._start()
         if isinstance(channels, ClusterChannels):
@@ -160,7 +162,7 @@ class NearCache:
             return self._slot_moved(channels, nkey, moved)
         return self._keep(nkey, reply, tracked, listener, epoch, ticket, started)
 
-    def _slot_moved(self, channels: Any, nkey: str, exc: Exception) -> tuple[bytes, Any] | None:
+    def _slot_moved(self, channels: Any, nkey: str, exc: Exception) -> Fetched | None:
         """A Cluster fill was answered MOVED (a new slot map: new channels) or ASK (a
         migration in progress): empty the store and read through the cache's client."""
         if isinstance(exc, MovedError):
@@ -169,47 +171,57 @@ class NearCache:
             self.store.clear()
         return self._unkept(nkey)
 
-    def _unkept(self, nkey: str) -> tuple[bytes, Any] | None:
+    def _unkept(self, nkey: str) -> Fetched | None:
         """``nkey`` read through the cache's own client (it follows MOVED / ASK), not kept."""
-        raw = self._owner.client.get_client(write=True).get(nkey)
-        return None if raw is None else (raw, _hint(raw))
+        # Two GETs, not one MGET: during a slot migration the two keys may sit on two
+        # nodes for a moment, and a multi-key read is refused until they meet again.
+        client = self._owner.client.get_client(write=True)
+        raw = client.get(nkey)
+        return None if raw is None else (raw, _hint(raw), client.get(self._meta_key(nkey)))
 
-    async def afetch(self, nkey: str) -> tuple[bytes, Any] | None:
+    async def afetch(self, nkey: str) -> Fetched | None:
         """:meth:`fetch` in a worker thread (one pool for sync and async callers)."""
         return await asyncio.to_thread(self.fetch, nkey)
 
     def _keep(self, nkey: str, reply: Any, tracked: bool, listener: Listener, epoch: int,
-              ticket: int, started: float) -> tuple[bytes, Any] | None:
+              ticket: int, started: float) -> Fetched | None:
         """A fill's answer: stored locally when that is safe (module docstring)."""
         if not reply:
             return None
         raw, pttl = reply[0], int(reply[1])
+        record = reply[2] if len(reply) > 2 else None
         hint = _hint(raw)
         if tracked and listener.epoch == epoch and listener.ready:
-            deadline = self._deadline(raw, pttl, started)
+            deadline = self._deadline(raw, pttl, started, record)
             if deadline is not None:
                 self.store.put(nkey, raw, deadline, ticket, hint)
-        return raw, hint
+        return raw, hint, record
 
-    def _deadline(self, raw: bytes, pttl: int, started: float) -> float | None:
+    def _deadline(self, raw: bytes, pttl: int, started: float,
+                  record: Any = None) -> float | None:
         """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
         ``None`` when it must not be stored at all. ``started``: when the read was sent
-        (the PTTL counts from a moment after it)."""
+        (the PTTL counts from a moment after it); ``record``: the value's ``get_or_set``
+        metadata (its soft expiry bounds the copy, as an envelope's does)."""
         limit = math.inf if pttl < 0 else pttl / 1000.0
         if self.config.max_local_ttl is not None:
             limit = min(limit, self.config.max_local_ttl)
         deadline = started + limit
-        if envelope.is_envelope(raw):  # its soft expiry is wall-clock time
-            deadline = min(deadline, time.monotonic() + envelope.times(raw)[0] - time.time())
+        found = envelope.times(raw) if envelope.is_envelope(raw) else meta.times(record, raw)
+        if found is not None:  # its soft expiry is wall-clock time
+            deadline = min(deadline, time.monotonic() + found[0] - time.time())
         return None if deadline <= time.monotonic() else deadline
 
     def _eval(self, conn: Any, nkey: str) -> Any:
         try:
-            conn.send_command("EVALSHA", self._script.sha, 1, nkey)
+            conn.send_command("EVALSHA", self._script.sha, 2, nkey, self._meta_key(nkey))
             return conn.read_response()
         except NoScriptError:
-            conn.send_command("EVAL", self._script.source, 1, nkey)
+            conn.send_command("EVAL", self._script.source, 2, nkey, self._meta_key(nkey))
             return conn.read_response()
+
+    def _meta_key(self, nkey: str) -> str:
+        return str(self._owner._codec.meta_key(nkey))
 
     @staticmethod
     def _track(conn: Any, listener: Listener, epoch: int) -> None:

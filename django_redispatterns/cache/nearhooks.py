@@ -74,8 +74,8 @@ def _get(orig: Callable[..., Any]) -> Callable[..., Any]:
             return self._degraded("get", exc, default)
         if found is None:
             return default
-        if envelope.is_envelope(found[0]):  # a get_or_set value: maybe stale already
-            return self._codec.visible(found[0], default)
+        if found[2] is not None or envelope.is_envelope(found[0]):  # maybe stale already
+            return self._codec.visible(found[0], default, found[2])
         return near.decode(found[1])
 
     return get
@@ -99,8 +99,8 @@ def _aget(orig: Callable[..., Any]) -> Callable[..., Any]:
             return self._degraded("get", exc, default)
         if found is None:
             return default
-        if envelope.is_envelope(found[0]):
-            return self._codec.visible(found[0], default)
+        if found[2] is not None or envelope.is_envelope(found[0]):
+            return self._codec.visible(found[0], default, found[2])
         return near.decode(found[1])
 
     return aget
@@ -136,15 +136,17 @@ def _get_or_set(orig: Callable[..., Any]) -> Callable[..., Any]:
             return orig(self, key, default, timeout, version)
         nkey = str(self.client.make_key(key, version=version))
         entry = near.lookup(nkey)
-        raw = None if entry is None else entry[0]
+        # A local copy of a get_or_set value ends at its soft expiry (no early refresh
+        # from memory); a value read from Redis comes with its metadata.
+        raw, record = (None, None) if entry is None else (entry[0], None)
         if raw is None:
             try:
                 found = near.fetch(nkey)
             except REDIS_ERRORS:
                 found = None  # the backend's own path reports it
-            raw = None if found is None else found[0]
+            raw, record = (None, None) if found is None else (found[0], found[2])
         if raw is not None:
-            hit = self._codec.fresh(raw, self._flight.policy.beta)
+            hit = self._codec.fresh(raw, self._flight.policy.beta, record)
             if hit is not MISSING:
                 return hit
         # Missing, stale, or XFetch picked this caller: the stampede-safe path decides.

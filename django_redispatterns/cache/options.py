@@ -21,12 +21,12 @@ OWN_OPTIONS = frozenset({"ALLOW_NO_TTL", "TTL_JITTER", "CLEAR_FLUSHDB", "STAMPED
 # process's ``cache.lock(name)`` and ours exclude each other; "patterns": the locks' keys
 # on the locks' connection (the 0.1.0 layout, to keep during an upgrade from 0.1.0).
 LOCK_KEYS = ("django-redis", "patterns")
-# OPTIONS["GET_OR_SET_FORMAT"]: how ``get_or_set`` stores its value. "envelope" (the
-# default): the value behind a small header (soft expiry, compute time) that early
-# recomputation and STALE_TTL need; a django-redis process cannot read it. "plain":
-# exactly django-redis's bytes (single flight kept; no early recomputation, no STALE_TTL),
-# for the weeks of a rolling deploy when django-redis processes read the same keys.
-FORMATS = ("envelope", "plain")
+# OPTIONS["GET_OR_SET_FORMAT"]: how ``get_or_set`` stores its value. "plain" (the default
+# and the only format written): exactly django-redis's bytes under the key, so every
+# process of a mixed fleet reads the value; early recomputation's and STALE_TTL's metadata
+# lives in a companion key. The option is kept so settings written for the deploy window
+# stay valid.
+FORMATS = ("plain",)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,6 @@ class Policy:
     beta: float  # XFetch β; 0 turns early recomputation off
     block_cap: float  # longest single blocking wait (below the socket timeout)
     claim_lease: float  # a claim's lease, extended every third of it while computing
-    plain: bool = False  # GET_OR_SET_FORMAT "plain": store django-redis's bytes only
 
     @property
     def renew_every(self) -> float:
@@ -58,11 +57,8 @@ class CacheOptions:
 def read(options: dict[str, Any]) -> CacheOptions:
     number = (int, float)
     lease = _option(options, "STAMPEDE_LEASE", 10, number, minimum=0.01)
-    plain = _choice(options, "GET_OR_SET_FORMAT", FORMATS) == "plain"
+    _choice(options, "GET_OR_SET_FORMAT", FORMATS)  # validated; one format
     stale_ttl = float(_option(options, "STALE_TTL", 0, number, minimum=0))
-    if plain and stale_ttl:
-        raise ConfigurationError("CACHES OPTIONS['STALE_TTL'] needs GET_OR_SET_FORMAT "
-                                 "'envelope' (a plain value carries no expiry to serve past).")
     return CacheOptions(
         allow_no_ttl=_option(options, "ALLOW_NO_TTL", False, (bool,)),
         jitter=_option(options, "TTL_JITTER", 0.0, number, minimum=0, maximum=0.9),
@@ -75,7 +71,6 @@ def read(options: dict[str, Any]) -> CacheOptions:
             beta=float(_option(options, "XFETCH_BETA", 1.0, number, minimum=0)),
             block_cap=block_cap(options.get("SOCKET_TIMEOUT")),
             claim_lease=claim_lease(options.get("SOCKET_TIMEOUT"), float(lease)),
-            plain=plain,
         ),
     )
 

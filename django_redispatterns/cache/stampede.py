@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import signals
-from . import envelope
+from . import envelope, meta
 from .codec import MISSING, Codec
 from .options import Policy
 
 logger = logging.getLogger("django_redispatterns.cache")
 
 Op = tuple[Any, ...]
+Seen = tuple[bytes, Any]  # a value's bytes and its metadata record (or None)
 Flow = Generator[Op, Any, Any]
 
 # Wake-up lists outlive the settle by this long, so a waiter that checked the lock just
@@ -89,18 +90,19 @@ def new_token() -> str:
 
 def get_or_set_flow(
     codec: Codec, report: Reporter, key: Any, ttl: float | None, nkey: str, policy: Policy,
-    raw: bytes | None, waited: float = 0.0,
+    seen: Seen | None, waited: float = 0.0,
 ) -> Flow:
     """Return the cached value of ``nkey`` or the callable's, computing it at most once
     per expiry across every thread and process (see docs/cache.md for the guarantees).
 
-    ``raw`` is what the caller's own GET returned (``None``: a miss; else an entry that is
-    stale or that XFetch picked for an early refresh); ``waited`` the seconds it already
+    ``seen`` is what the caller's own read returned, the value's bytes and its metadata
+    record (``None``: a miss; else an entry that is stale or that XFetch picked for an
+    early refresh); ``waited`` the seconds it already
     spent waiting for another caller (counts against STAMPEDE_WAIT). ``ttl`` > 0 or None.
     """
     stale: envelope.Entry | None = None
-    if raw is not None:
-        found = codec.decode(raw)  # MISSING (undecodable): as a miss; see the claim below
+    if seen is not None:
+        found = codec.decode(*seen)  # MISSING (undecodable): as a miss; see the claim below
         if found is not MISSING and not isinstance(found, envelope.Entry):
             return found  # written by set(): a plain hit
         now = time.time()
@@ -112,6 +114,7 @@ def get_or_set_flow(
             stale = found
 
     lock_key = codec.companion(nkey, "lock")
+    meta_key = codec.meta_key(nkey)
     token = new_token()
     claim_ms = max(1, int(policy.claim_lease * 1000))
     waited_since: float | None = time.monotonic() - waited if waited else None
@@ -123,13 +126,13 @@ def get_or_set_flow(
         servable = stale is not None and stale.servable(time.time(), policy.stale_ttl)
         reply = yield (
             "claim",
-            (nkey, lock_key),
+            (nkey, lock_key, meta_key),
             (token, claim_ms, stale.header if stale is not None else b"",
              "0" if servable else "1"),
         )
         status, claimed = int(reply[0]), ClaimTime(int(reply[1]), time.monotonic())
         if status == 2:  # a value is there (filled while we looked, or refreshed by another)
-            found = codec.decode(reply[2])
+            found = codec.decode(reply[2], reply[3] if len(reply) > 3 else None)
             if found is MISSING:  # undecodable: compute, and our store replaces it
                 return (yield from _compute_and_store(codec, nkey, lock_key, token, ttl,
                                                       policy, claimed, holding=False))
@@ -174,7 +177,7 @@ def _compute_and_store(
     codec: Codec, nkey: str, lock_key: str, token: str, ttl: float | None, policy: Policy,
     claimed: ClaimTime, *, holding: bool,
 ) -> Flow:
-    keys = (nkey, lock_key, codec.companion(nkey, f"wake:{token}"))
+    keys = (nkey, lock_key, codec.companion(nkey, f"wake:{token}"), codec.meta_key(nkey))
     renew = None
     if holding:
         renew = ("renew", (nkey, lock_key),
@@ -186,14 +189,14 @@ def _compute_and_store(
     except BaseException:
         # Release at once (not at the end of the claim) and wake the waiters: one of them
         # computes next. The exception goes to this caller only.
-        yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS, 0, 0))
+        yield ("settle", keys, (token, "0", b"", 0, WAKE_TTL_MS, 0, 0, b""))
         raise
     delta = time.perf_counter() - started
-    if policy.plain:  # exactly what django-redis's set() stores: any process reads it
-        payload = codec.encode_plain(value)
-    else:
-        payload = envelope.pack(codec.encode(value), ttl, delta)
+    # Exactly what django-redis's set() stores, so any process of the fleet reads it;
+    # XFetch's and STALE_TTL's metadata goes to its companion key.
+    payload = codec.encode_plain(value)
+    record = meta.pack(meta.stored_bytes(payload), ttl, delta)
     hard_ms = 0 if ttl is None else max(1, int((ttl + policy.stale_ttl) * 1000))
     yield ("settle", keys, (token, "1", payload, hard_ms, WAKE_TTL_MS, claimed.server_ms,
-                            claimed.elapsed_ms()))
+                            claimed.elapsed_ms(), record))
     return value
