@@ -15,8 +15,15 @@ inside a script not counted).
 Then py-spy samples the workers of each stack under the mix, charged to the layer that
 spent them (:mod:`benchmarks.e2e_profile`).
 
+Two configurations, one after the other, each with fresh servers: **shared** (every process
+may run on every core) and **pinned** (both redis-servers on one core of their own, the
+gunicorns and the load on the others, as ``taskset`` would place them: production Redis does
+not share the app's CPU). ``E2E_PINNED`` picks them: ``both`` (default), ``0`` (shared only),
+``1`` (pinned only). redis-py (both stacks) parses replies with hiredis when it is installed
+(``pip install django-redispatterns[fast]``); the header says which parser ran.
+
 ``E2E_SECONDS`` (24) is the length of each scenario, ``E2E_PROFILE_SECONDS`` (20, 0 = no
-profile) the profile's.
+profile) the profile's (under the first configuration).
 """
 
 from __future__ import annotations
@@ -147,20 +154,63 @@ def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str,
     return out
 
 
+CONFIGS = {
+    "shared": "shared cores (app, load and Redis on every core)",
+    "pinned": "Redis pinned to its own core (app and load on the others)",
+}
+
+
+def _configs() -> list[str]:
+    choice = os.environ.get("E2E_PINNED", "both")
+    picks = {"both": ["shared", "pinned"], "0": ["shared"], "1": ["pinned"]}
+    if choice not in picks:
+        raise SystemExit(f"E2E_PINNED must be one of {', '.join(picks)}, not {choice!r}")
+    return picks[choice]
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (what ``taskset -a -p`` does)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def _parser() -> str:
+    from redis.utils import HIREDIS_AVAILABLE
+
+    return "hiredis" if HIREDIS_AVAILABLE else "redis-py's own parser (no hiredis)"
+
+
 def run() -> None:
+    seconds = float(os.environ.get("E2E_SECONDS", "24"))
+    profile_seconds = float(os.environ.get("E2E_PROFILE_SECONDS", "20"))
+    for n, config in enumerate(_configs()):
+        run_config(config, seconds, profile_seconds if n == 0 else 0)
+
+
+def run_config(config: str, seconds: float, profile_seconds: float) -> None:
+    """Fresh servers in one configuration, every scenario, its table (and the profile)."""
     from soak.load import BENCH_MIX
     from soak.processes import Owned
     from soak.run import Stack
 
-    seconds = float(os.environ.get("E2E_SECONDS", "24"))
-    profile_seconds = float(os.environ.get("E2E_PROFILE_SECONDS", "20"))
     scenarios: dict[str, dict[str, int]] = {"mix": dict(BENCH_MIX)}
     scenarios.update({route: {route: 1} for route in ROUTES})
+    every_cpu = os.sched_getaffinity(0)
+    redis_cpu = {max(every_cpu)}
+    if config == "pinned":
+        if len(every_cpu) < 2:
+            print("\n(one core only: no pinned configuration)")
+            return
+        os.sched_setaffinity(0, every_cpu - redis_cpu)  # the gunicorns and the load inherit it
     owned = Owned()
     outdir = Path(tempfile.mkdtemp(prefix="rp-e2e-"))
     try:
         stacks = {name: Stack(owned, "gunicorn", stack=name, env={"SOAK_BENCH": "1"})
                   for name in STACKS}
+        if config == "pinned":
+            for stack in stacks.values():
+                assert stack.redis.process is not None
+                _pin(stack.redis.process.pid, redis_cpu)
         _scenario(owned, stacks, BENCH_MIX, 6, outdir)  # warm up both
         results = {}
         for scenario, mix in scenarios.items():
@@ -168,17 +218,18 @@ def run() -> None:
             events = _scenario(owned, stacks, mix, seconds, outdir, cpu)
             commands = _commands(owned, stacks, mix, outdir)
             results[scenario] = _per_route(events, seconds, commands, cpu)
-        report(results, seconds)
+        report(results, seconds, CONFIGS[config])
         if profile_seconds > 0:
             profile(owned, stacks, profile_seconds, outdir)
     finally:
         owned.stop_all()
+        os.sched_setaffinity(0, every_cpu)
 
 
-def report(results: dict[str, Any], seconds: float) -> None:
-    print(f"\n## End to end: gunicorn 4x4 each, load alternating every {SLOT:.0f} s, "
-          f"{seconds:.0f} s per scenario (medians over the rounds; ratio = ours/theirs, "
-          "> 1 is ours faster)")
+def report(results: dict[str, Any], seconds: float, config: str) -> None:
+    print(f"\n## End to end, {config}: gunicorn 4x4 each, load alternating every "
+          f"{SLOT:.0f} s, {seconds:.0f} s per scenario, replies parsed by {_parser()} "
+          "(medians over the rounds; ratio = ours/theirs, > 1 is ours faster)")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
           f"{'Redis CPU us/req':>17} {'errors ours/theirs':>19}")

@@ -11,13 +11,15 @@
 -- The counter's expiry is set in the same script as its first increment (and repaired if it
 -- was ever lost), so no counter outlives its window.
 -- Not idempotent: callers run it on a client that never re-sends a call.
--- An admitted hit of cost 1 runs two commands (INCR, PTTL; the first hit PEXPIRE too).
+-- An admitted hit of cost 1 runs two commands: INCR, then PTTL, or, on the window's first
+-- hit (INCR answered 1: no counter existed, since no path leaves one at 0), PEXPIRE.
 local limit = tonumber(ARGV[1])
 local count, ttl
 if not ARGV[3] then  -- cost 1, the common case, inline
   count = redis.call('INCR', KEYS[1])
   if count <= limit then
-    ttl = redis.call('PTTL', KEYS[1])
+    ttl = -1
+    if count > 1 then ttl = redis.call('PTTL', KEYS[1]) end
     if ttl < 0 then  -- the window's first hit (or an expiry that was lost)
       ttl = tonumber(ARGV[2])
       redis.call('PEXPIRE', KEYS[1], ttl)
