@@ -283,8 +283,10 @@ def test_cluster_pipeline_does_not_resend_a_timed_out_script(
         with node.stopped_until_a_client_gives_up():
             results = scripts.run_many(client, calls)
         slow = [k for k in keys if redis_cluster.master_for_key(k).port == node.port]
-        assert all(isinstance(r, redis.TimeoutError) for k, r in zip(keys, results, strict=True)
-                   if k in slow)
+        # the stopped node's calls fail (a timeout; under heavy load the client may also see
+        # its connection dropped) and are never re-sent: that is what the counts below prove
+        assert all(isinstance(r, redis.RedisError) for k, r in zip(keys, results, strict=True)
+                   if k in slow), results
         assert all(r == 2 for k, r in zip(keys, results, strict=True) if k not in slow)
         assert [settled(node.client(), k) for k in slow] == [2] * len(slow)  # not re-sent
 
