@@ -21,8 +21,9 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_redispatterns import checks, connection
-from django_redispatterns.conf import build_config
+from django_redispatterns.conf import build_config, get_config
 from django_redispatterns.connection.build import _async_cluster_takes_password
+from django_redispatterns.connection.tls import asyncio_takes_key_password
 from django_redispatterns.exceptions import ConfigurationError
 from django_redispatterns.idempotency import Fingerprint, IdempotencyStore, StoredResponse
 from django_redispatterns.locks import Lock, held_key
@@ -139,6 +140,12 @@ def test_asyncio_clients_and_async_locks_over_tls(over_tls: TLSRedisServer) -> N
         async with Lock("tls-async", ttl=5):
             assert over_tls.client().exists(held_key("tls-async"))
 
+    if get_config().tls["KEY_PASSWORD"] and not asyncio_takes_key_password():
+        # an older redis-py: refused by name, never a passphrase silently dropped
+        with pytest.raises(ConfigurationError, match="asyncio client cannot decrypt a "
+                                                     "client key"):
+            asyncio.run(run())
+        return
     asyncio.run(run())
 
 
@@ -292,7 +299,7 @@ def test_cluster_over_tls(certs: Certificates) -> None:
             assert asyncio.run(_async_ping())
         wrong = certs.settings(CA_CERTS=certs.path("other-ca.crt"))
         with (override_settings(REDIS_PATTERNS=patterns(url, wrong)),
-              pytest.raises(redis.RedisClusterException, match=WRONG_CA)):
+              pytest.raises(redis.exceptions.RedisClusterException, match=WRONG_CA)):
             connection.get_client().ping()
     finally:
         cluster.stop()

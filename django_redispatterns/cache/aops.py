@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..connection import report_closed_transports
+from ..connection.tls import asyncio_takes_key_password
 from ..scripts import script
 
 ASYNC_MAX_CONNECTIONS = 500
@@ -78,6 +79,9 @@ class AsyncClients:
             settings, "DJANGO_REDIS_CONNECTION_FACTORY", None)
         if factory and factory != "django_redis.pool.ConnectionFactory":
             return False
+        if (self._options.get("CONNECTION_POOL_KWARGS") or {}).get("ssl_password") and (
+                not asyncio_takes_key_password()):
+            return False  # an encrypted client key: django-redis's sync client, in a thread
         return self._url().split("://", 1)[0] in ("redis", "rediss", "unix")
 
     def _build(self, url: str) -> Any:

@@ -160,7 +160,7 @@ def _from_url(url: str, *, asyncio_client: bool, timeouts: dict[str, Any] | None
         raise ConfigurationError(
             f"Unsupported Redis URL scheme {parsed.scheme!r} in {redact(url)!r}.")
     if parsed.tls:
-        options.update(ssl_options())
+        options.update(ssl_options(asyncio_client))
     module: Any = redis.asyncio if asyncio_client else redis
     return module.Redis.from_url(url, **options)
 
@@ -177,7 +177,7 @@ def _sentinel_master(parsed: ParsedURL, options: dict[str, Any], asyncio_client:
     if "sentinel_password" in parsed.query:
         sentinel_kwargs["password"] = parsed.query["sentinel_password"]
     if parsed.tls:  # the sentinels and the servers they name
-        tls = {"ssl": True, **ssl_options()}
+        tls = {"ssl": True, **ssl_options(asyncio_client)}
         sentinel_kwargs.update(tls)
         options = {**options, **tls}
     manager_class: Any = sentinel.AsyncFollowingSentinel if asyncio_client else (

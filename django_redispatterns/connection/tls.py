@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..conf import get_config
+from ..conf import SETTING_NAME, get_config
+from ..exceptions import ConfigurationError
 
 TLS_SCHEMES = ("rediss", "rediss+sentinel", "rediss+cluster")
 
@@ -25,9 +26,27 @@ def uses_tls(url: str) -> bool:
     return url.split("://", 1)[0].lower() in TLS_SCHEMES
 
 
-def ssl_options() -> dict[str, Any]:
-    """redis-py's ``ssl_*`` connection keywords for the configured certificates."""
+def asyncio_takes_key_password() -> bool:
+    """True when the installed redis-py's asyncio TLS connections can decrypt a client key
+    (older releases have no ``ssl_password`` there)."""
+    import inspect
+
+    from redis.asyncio.connection import SSLConnection
+
+    return "ssl_password" in inspect.signature(SSLConnection.__init__).parameters
+
+
+def ssl_options(asyncio_client: bool = False) -> dict[str, Any]:
+    """redis-py's ``ssl_*`` connection keywords for the configured certificates.
+
+    Raises :class:`ConfigurationError` for an asyncio client when a ``KEY_PASSWORD`` is set
+    that the installed redis-py's asyncio connections cannot use (never drops it)."""
     tls = get_config().tls
+    if asyncio_client and tls["KEY_PASSWORD"] is not None and not asyncio_takes_key_password():
+        raise ConfigurationError(
+            "The installed redis-py's asyncio client cannot decrypt a client key: give "
+            f"{SETTING_NAME}['TLS'] an unencrypted KEYFILE (and no KEY_PASSWORD) for "
+            "rediss:// connections used from async code, or upgrade redis-py.")
     options: dict[str, Any] = {"ssl_cert_reqs": "required",
                                "ssl_check_hostname": bool(tls["CHECK_HOSTNAME"])}
     for setting, keyword in (("CA_CERTS", "ssl_ca_certs"), ("CERTFILE", "ssl_certfile"),
