@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROBE = r'''
 import json, os, ssl, urllib.parse
 import redis
+from tests.redis_servers import KEY_PREFIX
 
 url, harness = os.environ["REDIS_URL"], os.environ["RPTEST_HARNESS_URL"]
 tls = {"ssl_ca_certs": os.environ["REDIS_TLS_CA_CERTS"],
@@ -34,7 +35,7 @@ def outcome(call):
         return type(exc).__name__
 
 app = redis.Redis.from_url(url, socket_timeout=10, **tls)
-key = "rptest-" + os.environ["RPTEST_RUN"] + "-probe"
+key = KEY_PREFIX + ":probe"
 seen["app set"] = outcome(lambda: app.set(key, "1", ex=30))
 seen["app delete"] = outcome(lambda: app.delete(key))
 seen["app config"] = outcome(lambda: app.config_get("maxmemory"))
