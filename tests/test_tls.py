@@ -72,6 +72,18 @@ def over_tls(tls_server: TLSRedisServer, certs: Certificates) -> Iterator[TLSRed
 # --- settings -------------------------------------------------------------------------
 
 
+@pytest.fixture
+def no_run_tls_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package's own TLS defaults, not those a rediss:// test run installs from its
+    REDIS_TLS_* variables (tests/settings.py), for tests of the defaults themselves."""
+    from django_redispatterns.conf import SCHEMA
+    from tests.settings import TLS
+
+    for key in TLS:
+        monkeypatch.setitem(SCHEMA["TLS"], key, (SCHEMA["TLS"][key][0], None))
+
+
+@pytest.mark.usefixtures("no_run_tls_defaults")
 def test_tls_settings_are_validated_naming_the_key(certs: Certificates, tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.pem")
     with pytest.raises(ConfigurationError, match=r"REDIS_PATTERNS\['TLS'\]\['CA_CERTS'\] "
