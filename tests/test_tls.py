@@ -258,11 +258,17 @@ def test_deploy_check_reports_a_refused_certificate_and_a_disabled_name_check(
 # --- Sentinel and Cluster over TLS ------------------------------------------------------
 
 
+# The deploy check covers every Redis cache too: the suite's own (over a managed TLS run,
+# a server of another CA than these tests' topologies) is no part of these checks.
+NO_REDIS_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+
 def test_sentinel_over_tls(certs: Certificates, tls_server: TLSRedisServer) -> None:
     sentinel = TLSSentinel(certs, tls_server.port, "tlsmaster")
     try:
         url = f"rediss+sentinel://127.0.0.1:{sentinel.port}/tlsmaster/0"
-        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings())):
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings()),
+                               CACHES=NO_REDIS_CACHE):
             wait_for(lambda: _pings(connection.get_client()), 20, "the master over TLS")
             with Lock("tls-sentinel", ttl=5):
                 assert tls_server.client().exists(held_key("tls-sentinel"))
@@ -284,11 +290,13 @@ def _pings(client: Any) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("no_run_tls_defaults")  # (its unencrypted settings have no password)
 def test_cluster_over_tls(certs: Certificates) -> None:
     cluster = tls_cluster(certs)
     try:
         url = tls_url(cluster.url)
-        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings(encrypted=True))):
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings(encrypted=True)),
+                               CACHES=NO_REDIS_CACHE):
             client = connection.get_client()
             assert client.set(f"{KEY_PREFIX}:tls-c", "1", ex=30)
             limiter = RateLimiter("2/m", group="tls-cluster")
