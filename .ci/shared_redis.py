@@ -9,11 +9,14 @@ suite's own (``rptest:...``, another run's ``rptest-<run>-gw0:...``, the example
 ``demo:...``), in the URL's database and in the next one, and records them. ``verify``
 checks each is still there with the same value (DUMP) and TTL state, and that the suite
 left no key behind in those databases (with ``--whole-server``: in any database).
+A ``rediss://`` URL takes its certificates from ``REDIS_TLS_CA_CERTS``,
+``REDIS_TLS_CERTFILE``, ``REDIS_TLS_KEYFILE`` and ``REDIS_TLS_KEY_PASSWORD``, as the suite's.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +24,15 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 NO_TTL, TTL = None, 36_000
+TLS_ENV = {"ssl_ca_certs": "REDIS_TLS_CA_CERTS", "ssl_certfile": "REDIS_TLS_CERTFILE",
+           "ssl_keyfile": "REDIS_TLS_KEYFILE", "ssl_password": "REDIS_TLS_KEY_PASSWORD"}
+
+
+def connect(url: str) -> redis.Redis:
+    """A client of ``url`` (with the certificates of the environment for ``rediss://``)."""
+    tls = ({kw: os.environ[name] for kw, name in TLS_ENV.items() if os.environ.get(name)}
+           if url.startswith("rediss://") else {})
+    return redis.Redis.from_url(url, **tls)
 
 
 def canaries(client: redis.Redis) -> None:
@@ -55,7 +67,7 @@ def with_db(url: str, db: int) -> str:
 
 
 def databases(url: str) -> list[str]:
-    db = redis.Redis.from_url(url).connection_pool.connection_kwargs.get("db", 0)
+    db = connect(url).connection_pool.connection_kwargs.get("db", 0)
     return [with_db(url, int(db)), with_db(url, int(db) + 1)]
 
 
@@ -67,7 +79,7 @@ def snapshot(client: redis.Redis) -> dict[str, list[object]]:
 def seed(url: str, manifest: Path) -> None:
     state = {}
     for db_url in databases(url):
-        client = redis.Redis.from_url(db_url)
+        client = connect(db_url)
         if client.dbsize():
             sys.exit(f"{shown(db_url)} is not empty: seed a database nobody else uses")
         canaries(client)
@@ -81,7 +93,7 @@ def verify(url: str, manifest: Path, whole_server: bool = False) -> None:
     state = json.loads(manifest.read_text())
     problems = []
     for db_url, before in state.items():
-        after = snapshot(redis.Redis.from_url(db_url))
+        after = snapshot(connect(db_url))
         for key, (dump, expires) in before.items():
             if key not in after:
                 problems.append(f"{shown(db_url)}: {key!r} was deleted")
@@ -94,7 +106,7 @@ def verify(url: str, manifest: Path, whole_server: bool = False) -> None:
             problems.append(f"{shown(db_url)}: the suite left {len(left)} keys behind: "
                             f"{left[:20]}")
     checked = {urlsplit(db).path for db in state}
-    keyspace = redis.Redis.from_url(url).info("keyspace")
+    keyspace = connect(url).info("keyspace")
     others = {f"/{name[2:]}": info for name, info in keyspace.items()
               if f"/{name[2:]}" not in checked}
     if whole_server and others:

@@ -234,3 +234,14 @@ def test_operator_commands_as_the_app_user_on_a_locked_down_server(
     assert ("  1 keys were not checked: this Redis user may not read them (ACL key patterns); "
             "audit as a user that may read every key.\n") in text
     assert "acl-audit" in text and "Traceback" not in text
+
+
+def test_the_session_rule_holds_every_command_of_the_session_scripts() -> None:
+    """Moving a session from the previous engine (session_adopt.lua) checks the key's TYPE:
+    Redis checks a script's calls against the caller's rights, so the rule must hold it."""
+    import re
+
+    called = set()
+    for script in (Path(__file__).resolve().parent.parent / "lua").glob("session_*.lua"):
+        called |= {c.upper() for c in re.findall(r"redis\.p?call\('(\w+)'", script.read_text())}
+    assert called - set(rights.SESSIONS) == set()

@@ -240,7 +240,10 @@ def runs_on_test_redis(name: str) -> int:
     import redis
     from django.conf import settings
 
-    return runs(redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5), name)
+    from tests.redis_servers import url_client_kwargs
+
+    url = settings.REDIS_URL
+    return runs(redis.Redis.from_url(url, socket_timeout=5, **url_client_kwargs(url)), name)
 
 
 # --- cache -----------------------------------------------------------------------------------

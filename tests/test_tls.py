@@ -73,6 +73,18 @@ def over_tls(tls_server: TLSRedisServer, certs: Certificates) -> Iterator[TLSRed
 # --- settings -------------------------------------------------------------------------
 
 
+@pytest.fixture
+def no_run_tls_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package's own TLS defaults, not those a rediss:// test run installs from its
+    REDIS_TLS_* variables (tests/settings.py), for tests of the defaults themselves."""
+    from django_redispatterns.conf import SCHEMA
+    from tests.settings import TLS
+
+    for key in TLS:
+        monkeypatch.setitem(SCHEMA["TLS"], key, (SCHEMA["TLS"][key][0], None))
+
+
+@pytest.mark.usefixtures("no_run_tls_defaults")
 def test_tls_settings_are_validated_naming_the_key(certs: Certificates, tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.pem")
     with pytest.raises(ConfigurationError, match=r"REDIS_PATTERNS\['TLS'\]\['CA_CERTS'\] "
@@ -253,11 +265,17 @@ def test_deploy_check_reports_a_refused_certificate_and_a_disabled_name_check(
 # --- Sentinel and Cluster over TLS ------------------------------------------------------
 
 
+# The deploy check covers every Redis cache too: the suite's own (over a managed TLS run,
+# a server of another CA than these tests' topologies) is no part of these checks.
+NO_REDIS_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+
 def test_sentinel_over_tls(certs: Certificates, tls_server: TLSRedisServer) -> None:
     sentinel = TLSSentinel(certs, tls_server.port, "tlsmaster")
     try:
         url = f"rediss+sentinel://127.0.0.1:{sentinel.port}/tlsmaster/0"
-        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings())):
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings()),
+                               CACHES=NO_REDIS_CACHE):
             wait_for(lambda: _pings(connection.get_client()), 20, "the master over TLS")
             with Lock("tls-sentinel", ttl=5):
                 assert tls_server.client().exists(held_key("tls-sentinel"))
@@ -279,11 +297,13 @@ def _pings(client: Any) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("no_run_tls_defaults")  # (its unencrypted settings have no password)
 def test_cluster_over_tls(certs: Certificates) -> None:
     cluster = tls_cluster(certs)
     try:
         url = tls_url(cluster.url)
-        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings(encrypted=True))):
+        with override_settings(REDIS_PATTERNS=patterns(url, certs.settings(encrypted=True)),
+                               CACHES=NO_REDIS_CACHE):
             client = connection.get_client()
             assert client.set(f"{KEY_PREFIX}:tls-c", "1", ex=30)
             limiter = RateLimiter("2/m", group="tls-cluster")

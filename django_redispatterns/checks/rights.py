@@ -25,9 +25,9 @@ LOCKS = (*SCRIPTS, "BLPOP", "DEL", "EXISTS", "GET", "LPUSH", "LTRIM", "MGET", "P
 RATELIMIT = (*SCRIPTS, "DECRBY", "DEL", "GET", "INCR", "INCRBY", "PEXPIRE", "PTTL", "SET", "TIME",
              "ZADD", "ZCARD", "ZRANGE", "ZREMRANGEBYSCORE", "ZSCORE")
 IDEMPOTENCY = (*SCRIPTS, "DEL", "GET", "PEXPIRE", "PTTL", "SCAN", "SET", "WAIT")
-SESSIONS = (*SCRIPTS, "COPY", "DEL", "EXISTS", "HEXISTS", "HGET", "HMGET", "HSET", "PEXPIRE",
-            "PEXPIREAT", "PTTL", "TIME", "ZADD", "ZCARD", "ZRANGE", "ZREM", "ZREMRANGEBYSCORE",
-            "ZREVRANGE", "ZSCORE", "MULTI", "EXEC")
+SESSIONS = (*SCRIPTS, "COPY", "DEL", "EXISTS", "HDEL", "HEXISTS", "HGET", "HMGET", "HSET",
+            "PEXPIRE", "PEXPIREAT", "PTTL", "SET", "TIME", "TYPE", "ZADD", "ZCARD", "ZRANGE",
+            "ZREM", "ZREMRANGEBYSCORE", "ZREVRANGE", "ZSCORE", "MULTI", "EXEC")
 # A Redis cache: Django's cache API through django-redis and this app's backend (stampede
 # claims, counters, clear() and keys() by SCAN, the typed writes that keep a TTL), and
 # PING (connection health checks, get_redis_connection(alias).ping()).

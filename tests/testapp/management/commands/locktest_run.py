@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -14,13 +15,19 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_redispatterns.locks import locked, single_flight
-from tests.redis_servers import KEY_PREFIX
+from tests.redis_servers import KEY_PREFIX, raw_client
 
 RUNS_KEY = f"{KEY_PREFIX}:locktest:runs"
 
 
+def harness() -> redis.Redis:
+    """The tests' bookkeeping client: the harness's user when the app's is a least-privilege
+    one, with the run's certificates over rediss://."""
+    return raw_client(os.environ.get("RPTEST_HARNESS_URL") or settings.REDIS_URL)
+
+
 def record(event: str) -> None:
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = harness()
     pipe = client.pipeline()
     pipe.rpush(RUNS_KEY, event)
     pipe.pexpire(RUNS_KEY, 60_000)
@@ -31,7 +38,7 @@ def _work(command: BaseCommand, options: dict[str, Any]) -> None:
     record(f"start {time.time():.6f} {command.fencing_token}")  # type: ignore[attr-defined]
     time.sleep(options["sleep"])
     if options["hold_until"]:  # hold the lock until the test says so (bounded)
-        client = redis.Redis.from_url(settings.REDIS_URL)
+        client = harness()
         deadline = time.monotonic() + 30
         while not client.exists(options["hold_until"]) and time.monotonic() < deadline:
             time.sleep(0.05)
