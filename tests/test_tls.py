@@ -22,8 +22,10 @@ from django.test import override_settings
 
 from django_redispatterns import checks, connection
 from django_redispatterns.conf import build_config, get_config
-from django_redispatterns.connection.build import _async_cluster_takes_password
-from django_redispatterns.connection.tls import asyncio_takes_key_password
+from django_redispatterns.connection.tls import (
+    asyncio_cluster_takes_key_password,
+    asyncio_takes_key_password,
+)
 from django_redispatterns.exceptions import ConfigurationError
 from django_redispatterns.idempotency import Fingerprint, IdempotencyStore, StoredResponse
 from django_redispatterns.locks import Lock, held_key
@@ -311,7 +313,7 @@ def test_cluster_over_tls(certs: Certificates) -> None:
             with Lock("tls-cluster", ttl=5):
                 pass
             assert [m.id for m in deploy_messages()] == []
-            if not _async_cluster_takes_password():
+            if not asyncio_cluster_takes_key_password():
                 with pytest.raises(ConfigurationError, match="asyncio Cluster client cannot "
                                                              "decrypt a client key"):
                     asyncio.run(_async_ping())

@@ -17,7 +17,7 @@ from ..exceptions import ConfigurationError
 from . import sentinel
 from .cacheoptions import entry_urls
 from .clusterpipe import aunknown_redirect, pipeline_without_resend, unknown_redirect
-from .tls import ssl_options
+from .tls import asyncio_cluster_takes_key_password, ssl_options
 from .transport import report_closed_transports
 from .urls import CLUSTER_SCHEME, SENTINEL_SCHEME, ParsedURL, parse_url, redact
 
@@ -200,7 +200,7 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
               if k not in ("retry", "retry_on_error", "retry_on_timeout")}
     if parsed.tls:
         kwargs.update(ssl=True, **ssl_options())
-        if asyncio_client and "ssl_password" in kwargs and not _async_cluster_takes_password():
+        if asyncio_client and "ssl_password" in kwargs and not asyncio_cluster_takes_key_password():
             raise ConfigurationError(
                 "The installed redis-py's asyncio Cluster client cannot decrypt a client key: "
                 "give REDIS_PATTERNS['TLS'] an unencrypted KEYFILE (and no KEY_PASSWORD) "
@@ -236,14 +236,6 @@ def cluster(parsed: ParsedURL, options: dict[str, Any], asyncio_client: bool) ->
 
     nodes = [ClusterNode(h, p) for h, p in parsed.hosts]
     return _SyncCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **creds, **kwargs)
-
-
-def _async_cluster_takes_password() -> bool:
-    import inspect
-
-    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-
-    return "ssl_password" in inspect.signature(AsyncRedisCluster.__init__).parameters
 
 
 class _SyncCluster(RedisCluster):

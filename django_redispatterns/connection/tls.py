@@ -26,14 +26,25 @@ def uses_tls(url: str) -> bool:
     return url.split("://", 1)[0].lower() in TLS_SCHEMES
 
 
+def _takes_key_password(init: Any) -> bool:
+    import inspect
+
+    return "ssl_password" in inspect.signature(init).parameters
+
+
 def asyncio_takes_key_password() -> bool:
     """True when the installed redis-py's asyncio TLS connections can decrypt a client key
     (older releases have no ``ssl_password`` there)."""
-    import inspect
-
     from redis.asyncio.connection import SSLConnection
 
-    return "ssl_password" in inspect.signature(SSLConnection.__init__).parameters
+    return _takes_key_password(SSLConnection.__init__)
+
+
+def asyncio_cluster_takes_key_password() -> bool:
+    """The same for redis-py's asyncio Cluster client, which takes the keywords itself."""
+    from redis.asyncio.cluster import RedisCluster
+
+    return _takes_key_password(RedisCluster.__init__)
 
 
 def ssl_options(asyncio_client: bool = False) -> dict[str, Any]:
