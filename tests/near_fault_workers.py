@@ -85,14 +85,15 @@ def _watch(cache: Any, key: str, new: Any, written: float, seconds: float) -> di
 def _track_many(cache: Any, names: list[str]) -> int:
     """Make Redis track ``names`` (raw keys) for this process's channel, as fills do, in a
     few MGETs on one tracking fill connection."""
-    from django_redispatterns.cache.nearlisten import CHECKOUT
+    from django_redispatterns.tracking.listener import CHECKOUT
+    from django_redispatterns.tracking.reads import enable_tracking
 
     near = cache._near
     listener = near.listener
     pool = near._pool
     conn = pool.get_connection(*CHECKOUT)
     try:
-        near._track(conn, listener, listener.epoch)
+        enable_tracking(conn, listener, listener.epoch)
         for i in range(0, len(names), 5000):
             conn.send_command("MGET", *names[i:i + 5000])
             conn.read_response()

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import redis
 
-from django_redispatterns.cache.nearstore import ENTRY_OVERHEAD, LocalStore, read_config
 from django_redispatterns.exceptions import ConfigurationError
+from django_redispatterns.tracking.config import read_config
+from django_redispatterns.tracking.store import ENTRY_OVERHEAD, LocalStore
 from tests import near_workers
 from tests.redis_servers import RedisServer
 from tests.test_cache_support import make_cache

@@ -14,15 +14,15 @@ never asserted faster: the machine is shared).
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from django_redispatterns.cache.nearlisten import SILENT_LIMIT
+from django_redispatterns.tracking.listener import SILENT_LIMIT
 from tests import near_fault_workers as workers
+from tests.commanded import Commanded
 from tests.redis_servers import RedisServer
 from tests.test_cache_support import make_cache
 from tests.topologies import wait_for
@@ -31,29 +31,12 @@ MARGIN = 1.5  # seconds on top of the bound, for a loaded 2-core machine
 WATCH = 8.0  # how long the reader keeps reading before giving up
 
 
-class Reader:
+class Reader(Commanded):
     """The reader process: ``call(cmd, *args)`` runs a command of
     :mod:`tests.near_fault_workers` there and returns its answer."""
 
     def __init__(self, url: str, **options: Any) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.cmds, self.out = ctx.Queue(), ctx.Queue()
-        self.proc = ctx.Process(target=workers.reader, args=(url, options, self.cmds, self.out),
-                                daemon=True)
-        self.proc.start()
-        assert self.out.get(timeout=120) == "ready"
-
-    def call(self, cmd: str, *args: Any, timeout: float = 60) -> Any:
-        self.cmds.put((cmd, *args))
-        return self.out.get(timeout=timeout)
-
-    def close(self) -> None:
-        if self.proc.is_alive():
-            try:
-                self.call("stop", timeout=15)
-            except Exception:
-                self.proc.terminate()
-        self.proc.join(15)
+        super().__init__(workers.reader, url, options)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "connection": 2,
     "scripts": 2,
     "problems": 2,
+    "tracking": 2,
     "cache": 3,
     "ratelimit": 3,
     "idempotency": 3,

@@ -37,6 +37,7 @@ from django_redis.exceptions import ConnectionInterrupted
 from ..connection.cacheoptions import translate
 from ..connection.tls import with_tls_pool_kwargs
 from ..exceptions import ConfigurationError
+from ..tracking.config import read_config
 from . import envelope, options, stampede
 from .aops import AsyncClients
 from .asyncapi import AsyncMethods
@@ -48,7 +49,6 @@ from .flight import SingleFlight, value_of
 from .inherited import InheritedMethods
 from .near import shared as shared_near_cache
 from .nearhooks import with_near_cache
-from .nearstore import read_config
 from .ops import RedisOps
 from .ttl import TtlPolicy
 

@@ -7,7 +7,7 @@ So every fill connection remembers the keys filled through it since it connected
 :class:`FillKeys` drops those local entries (and refuses their fills in flight)
 
 * the moment the connection is disconnected on this side, for any reason (every close
-  in redis-py goes through ``disconnect()``, which :func:`.nearlisten.tracked_class`
+  in redis-py goes through ``disconnect()``, which :func:`.listener.tracked_class`
   hooks), and
 * when an idle pooled connection is found closed by the server: the channel's thread
   calls :meth:`FillKeys.sweep` after each PING answer, which polls the sockets of the
@@ -25,14 +25,14 @@ import threading
 import weakref
 from typing import Any
 
-from .nearstore import LocalStore
+from .store import LocalStore
 
 
 class FillKeys:
     """The keys of ``store`` that each fill connection read (``conn.rp_keys``)."""
 
     def __init__(self, store: LocalStore) -> None:
-        self._store = store
+        self.store = store
         self._lock = threading.RLock()  # a close may come from inside a locked section
         self._conns: weakref.WeakSet[Any] = weakref.WeakSet()
         self.dropped_conns = 0  # connections whose keys were dropped (for tests and logs)
@@ -46,9 +46,9 @@ class FillKeys:
                 keys = conn.rp_keys = set()
                 conn.rp_fills = self
                 self._conns.add(conn)
-            elif len(keys) >= 2 * self._store.max_entries:
+            elif len(keys) >= 2 * self.store.max_entries:
                 # Bounded: keep what is still held (no other fill is in flight on conn).
-                keys = conn.rp_keys = {k for k in keys if k in self._store}
+                keys = conn.rp_keys = {k for k in keys if k in self.store}
             keys.add(nkey)
 
     def dropped(self, conn: Any) -> None:
@@ -59,14 +59,14 @@ class FillKeys:
             conn.rp_epoch = None
             if keys:
                 self.dropped_conns += 1
-                self._store.invalidate(list(keys))
+                self.store.invalidate(list(keys))
 
     def sweep(self) -> None:
         """Drop the keys of every idle fill connection the server has closed. Safe against
         a fill racing it: at worst a live connection's keys are dropped (extra misses)."""
         if self.orphaned:  # its keys are unknown now: drop everything
             self.orphaned = False
-            self._store.clear()
+            self.store.clear()
         with self._lock:
             candidates = [c for c in self._conns if c.rp_keys and not c.rp_busy]
         socks = {}

@@ -1,7 +1,7 @@
-"""The near cache's invalidation channel: one connection and one thread per cache, per process.
+"""The invalidation channel: one connection and one thread per local store and server, per process.
 
 The thread keeps a RESP2 connection subscribed to ``__redis__:invalidate``. Redis sends
-there the names of keys that the near cache's read connections fetched and somebody
+there the names of keys that the store's read connections fetched and somebody
 (any client) then changed, expired, evicted or flushed — because each read connection
 runs ``CLIENT TRACKING on REDIRECT <this connection's id>`` (:func:`tracked_class`).
 
@@ -16,7 +16,7 @@ bypasses the local store, and :meth:`Listener.lose` empties it and the thread su
 again (a new connection starts with no backlog). Every (re)subscription starts a new
 *epoch*; a read connection set up for another epoch enables tracking again before its
 value may be stored. After each PING answer the thread also calls ``sweep`` (the fill
-connections' check for sockets the server closed, :mod:`.nearfills`).
+connections' check for sockets the server closed, :mod:`.fills`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def tracked_class(base: type) -> type:
     """``base`` (a redis-py connection class) whose every close — ``disconnect()``, which
     every path that drops a socket goes through, whatever caused it — forgets its tracking
     setup (a value read on the next socket is stored only after tracking is enabled on it)
-    and drops the local entries filled through it (:mod:`.nearfills`). The hook is on the
+    and drops the local entries filled through it (:mod:`.fills`). The hook is on the
     close, not on the connect: redis-py 6+ ``connect()`` no longer calls ``on_connect()``."""
 
     def disconnect(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -86,12 +86,16 @@ class Listener:
 
     ``invalidate(nkeys)`` and ``clear()`` are the store's; ``connect()`` returns a new,
     connected redis-py connection to the cache's primary; ``sweep()`` runs after each
-    PING answer."""
+    PING answer. ``ping_every`` and ``silent_limit`` (seconds) default to
+    :data:`PING_EVERY` and :data:`SILENT_LIMIT`."""
 
     def __init__(self, connect: Callable[[], Any], invalidate: Callable[[list[str]], None],
                  clear: Callable[[], None], name: str,
-                 sweep: Callable[[], None] = lambda: None) -> None:
+                 sweep: Callable[[], None] = lambda: None, *,
+                 ping_every: float = PING_EVERY, silent_limit: float = SILENT_LIMIT) -> None:
         self._connect = connect
+        self.ping_every = ping_every
+        self.silent_limit = silent_limit
         self._sweep = sweep
         self._invalidate = invalidate
         self._clear = clear
@@ -109,7 +113,7 @@ class Listener:
         self._thread.start()
 
     def healthy(self, now: float) -> bool:
-        return self.ready and now - self.heard < SILENT_LIMIT
+        return self.ready and now - self.heard < self.silent_limit
 
     def wait_ready(self, timeout: float) -> bool:
         """Block until the channel is subscribed (for tests and warm-up), up to ``timeout``."""
@@ -188,17 +192,17 @@ class Listener:
             self.heard = sent
             self.ready = True
         pings: dict[int, float] = {}  # number -> when sent, until answered
-        number, last_ping = 0, -PING_EVERY
+        number, last_ping = 0, -self.ping_every
         while not self._stopped.is_set():
             now = time.monotonic()
-            if now - self.heard >= SILENT_LIMIT:
+            if now - self.heard >= self.silent_limit:
                 raise ValueError(f"no PING answered within {now - self.heard:.1f} s "
                                  f"({len(pings)} waiting): the channel is silent or lagging")
-            if now - last_ping >= PING_EVERY:
+            if now - last_ping >= self.ping_every:
                 number += 1
                 pings[number] = last_ping = now
                 conn.send_command("PING", number)
-            if conn.can_read(timeout=PING_EVERY / 4):
+            if conn.can_read(timeout=self.ping_every / 4):
                 message = conn.read_response()
                 answered = _pong(message)
                 if answered is None:

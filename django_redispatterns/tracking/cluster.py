@@ -1,7 +1,7 @@
-"""The near cache on Redis Cluster: one invalidation channel and one fill pool per primary.
+"""Tracking on Redis Cluster: one invalidation channel and one fill pool per primary.
 
 A node only redirects tracking messages to a connection of its own, so each primary gets
-its own :class:`~.nearlisten.Listener` (one connection and thread per primary, per
+its own :class:`~.listener.Listener` (one connection and thread per primary, per
 process), and a key is filled through a tracking connection to the primary that owns its
 slot, redirected to that primary's channel. :class:`ClusterChannels` looks like one
 listener to the hit path: it is ``ready`` only while every primary's channel is, and has
@@ -21,21 +21,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .nearlisten import Listener, logger
+from .listener import SILENT_LIMIT, Listener, logger
+from .reads import channel_connector
 
 RETHINK_AFTER = 2.0  # seconds a channel may stay down before the slot map is read again
 
 
 class ClusterChannels:
-    """Every primary's channel and fill pool for one near cache. ``base`` is the cache's
+    """Every primary's channel and fill pool for one local store. ``base`` is the
     ``RedisCluster``; ``pools(node_client)`` returns ``(fills, channel)`` pools for one
     node; ``invalidate`` and ``clear`` are the local store's, ``sweep`` its fill
-    connections' check (:mod:`.nearfills`)."""
+    connections' check (:mod:`.fills`), ``timing`` the channels' ``ping_every`` and
+    ``silent_limit`` (:class:`~.listener.Listener`)."""
 
     def __init__(self, base: Any, pools: Callable[[Any], tuple[Any, Any]],
                  invalidate: Callable[[list[str]], None], clear: Callable[[], None],
-                 name: str, sweep: Callable[[], None] = lambda: None) -> None:
+                 name: str, sweep: Callable[[], None] = lambda: None,
+                 **timing: float) -> None:
         self._base = base
+        self._timing = timing  # the Listeners' ping_every / silent_limit
+        self.silent_limit = float(timing.get("silent_limit", SILENT_LIMIT))
         self._sweep = sweep
         self._pools = pools
         self._invalidate = invalidate
@@ -132,14 +137,8 @@ class ClusterChannels:
             if client is None:
                 continue
             fills, channel = self._pools(client)
-
-            def connect(channel: Any = channel) -> Any:
-                conn = channel.make_connection()
-                conn.connect()
-                return conn
-
-            listener = Listener(connect, self._invalidate, self._clear,
-                                f"{self._name} {node.name}", self._sweep)
+            listener = Listener(channel_connector(channel), self._invalidate, self._clear,
+                                f"{self._name} {node.name}", self._sweep, **self._timing)
             nodes[node.name] = (listener, fills)
         self._nodes = nodes
         # who owned each slot when the channels were built: a fill that finds another

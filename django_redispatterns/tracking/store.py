@@ -1,87 +1,24 @@
-"""The near cache's settings and its in-process store (an LRU bounded by entries and bytes).
+"""A bounded in-process store of values read from Redis, and the bookkeeping that keeps
+an invalidation from being overtaken by a read still in flight.
 
-:class:`LocalStore` holds raw Redis values (what GET returned) with a local deadline. It
-also keeps the bookkeeping that stops a read from storing a value an invalidation has
-already overtaken: every invalidation takes the next number of a sequence, a fill
-captures the sequence (its *ticket*) before it asks Redis, and :meth:`LocalStore.put`
-refuses the value when the key was invalidated after that ticket. The per-key marks are
-bounded too: when the oldest are dropped, fills holding a ticket older than what was
-dropped are refused as a whole (a rare extra miss, never a stale entry).
+:class:`LocalStore` holds raw Redis values with a local deadline. Every invalidation takes
+the next number of a sequence, a read captures the sequence (its *ticket*) before it asks
+Redis, and :meth:`LocalStore.put` refuses the value when the key was invalidated after that
+ticket. The per-key marks are bounded too: when the oldest are dropped, reads holding a
+ticket older than what was dropped are refused as a whole (a rare extra miss, never a stale
+entry).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
-
-from ..exceptions import ConfigurationError
 
 #: Bytes counted for each entry on top of its key and value (dict slot, tuple, floats).
 ENTRY_OVERHEAD = 120
 #: Invalidation marks kept per store (see the module docstring).
 MAX_MARKS = 8192
-
-_KNOWN = ("MAX_ENTRIES", "MAX_BYTES", "PREFIXES", "MAX_LOCAL_TTL")
-
-
-@dataclass(frozen=True)
-class NearConfig:
-    """``OPTIONS["NEAR_CACHE"]`` of one cache, validated."""
-
-    max_entries: int
-    max_bytes: int
-    prefixes: tuple[str, ...] | None  # None: every key
-    max_local_ttl: float | None  # seconds; None: only the key's TTL in Redis bounds it
-
-    def wants(self, key: Any) -> bool:
-        """True when ``key`` (the caller's key, before KEY_PREFIX and version) is kept
-        locally."""
-        return self.prefixes is None or (isinstance(key, str) and key.startswith(self.prefixes))
-
-
-def read_config(value: Any) -> NearConfig | None:
-    """``OPTIONS["NEAR_CACHE"]`` as a :class:`NearConfig` (``None``: the near cache is off).
-
-    Raises :class:`ConfigurationError` naming the setting for a wrong type or range."""
-    if value is None or value is False:
-        return None
-    name = "CACHES OPTIONS['NEAR_CACHE']"
-    if value is True:
-        value = {}
-    if not isinstance(value, dict):
-        raise ConfigurationError(f"{name} must be a dict (or None to turn it off), got {value!r}.")
-    unknown = sorted(set(value) - set(_KNOWN))
-    if unknown:
-        raise ConfigurationError(f"{name} has unknown keys {unknown}; known: {list(_KNOWN)}.")
-    prefixes = value.get("PREFIXES")
-    if prefixes is not None:
-        if (isinstance(prefixes, str) or not isinstance(prefixes, (list, tuple))
-                or not prefixes or not all(isinstance(p, str) and p for p in prefixes)):
-            raise ConfigurationError(
-                f"{name}['PREFIXES'] must be a non-empty list of non-empty strings, "
-                f"got {prefixes!r}.")
-        prefixes = tuple(prefixes)
-    ttl = value.get("MAX_LOCAL_TTL")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))
-                            or not ttl > 0):
-        raise ConfigurationError(
-            f"{name}['MAX_LOCAL_TTL'] must be a number of seconds > 0 (or None), got {ttl!r}.")
-    return NearConfig(
-        max_entries=_positive_int(value, "MAX_ENTRIES", 10_000, name),
-        max_bytes=_positive_int(value, "MAX_BYTES", 64 * 1024 * 1024, name),
-        prefixes=prefixes,
-        max_local_ttl=None if ttl is None else float(ttl),
-    )
-
-
-def _positive_int(value: dict[str, Any], key: str, default: int, name: str) -> int:
-    found = value.get(key, default)
-    if isinstance(found, bool) or not isinstance(found, int) or found < 1:
-        raise ConfigurationError(f"{name}[{key!r}] must be an int >= 1, got {found!r}.")
-    return found
-
 
 Entry = tuple[bytes, float, Any, int]  # (raw value, deadline, decode hint, bytes counted)
 
