@@ -96,6 +96,10 @@ SCHEMA: dict[str, Any] = {
         "ACTIVITY_INTERVAL": (_number, 60),
         # Most live sessions one user may have; a sign-in beyond it ends the oldest ones.
         "MAX_PER_USER": ((int,), 100),
+        # Serve signed-in sessions' loads from process memory, kept correct by Redis
+        # tracking (docs/sessions.md): True or {"MAX_ENTRIES", "MAX_BYTES",
+        # "MAX_LOCAL_TTL"}; None / False: off.
+        "NEAR_CACHE": ((bool, dict, type(None)), None),
         # Add the "Log out everywhere" action to the user admin (needs the
         # django_redispatterns.contrib.devices app installed).
         "ADMIN_LOGOUT_ACTION": ((bool,), False),

@@ -9,7 +9,7 @@ from django.core.checks import CheckMessage, register
 from ..conf import SETTING_NAME, Config
 from ..connection import redact
 from ..exceptions import ConfigurationError
-from .messages import E003, E004, E010, TAG
+from .messages import E002, E003, E004, E010, TAG
 from .project import connection_problem, features_and_connections, load_config, url_db
 
 
@@ -20,6 +20,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if config is None:
         return messages
     messages += _check_rules(config)
+    messages += _check_session_near_cache(config)
     messages += _check_connections(config)
     return messages
 
@@ -36,6 +37,16 @@ def _check_rules(config: Config) -> list[CheckMessage]:
         validate_rules(rules)
     except (ConfigurationError, TypeError, ValueError) as exc:
         return [E003(obj=SETTING_NAME, error=exc)]
+    return []
+
+
+def _check_session_near_cache(config: Config) -> list[CheckMessage]:
+    from ..sessions.memory import read_settings
+
+    try:
+        read_settings(config)
+    except ConfigurationError as exc:
+        return [E002(error=str(exc), setting=SETTING_NAME)]
     return []
 
 

@@ -16,6 +16,7 @@ from django.contrib.auth import SESSION_KEY
 
 from .. import scripts
 from ..conf import get_config
+from . import memory
 from .keyspace import UNAVAILABLE, client, is_ours, keys_of
 
 logger = logging.getLogger("django_redispatterns.sessions")
@@ -73,10 +74,13 @@ class SessionActivity:
         if due is None:
             return False
         assert key is not None
+        hash_key = keys_of(key)[0]
         try:
-            done = scripts.script("session_touch")(client(), [keys_of(key)[0]], list(due))
+            done = scripts.script("session_touch")(client(), [hash_key], list(due))
         except UNAVAILABLE as exc:
             logger.warning("session activity not recorded: %s", exc)
             return False
+        finally:
+            memory.forget([hash_key])
         self.activity_recorded = True
         return bool(done)

@@ -1,6 +1,7 @@
 """The Django session engine: ``SessionStore``, one round trip per load and per save.
 
-``load()`` finds the data from the cookie alone (one ``HGET``), and ``save()`` updates the
+``load()`` finds the data from the cookie alone (one ``HMGET``, or none when the
+session is held in process memory, :mod:`.memory`), and ``save()`` updates the
 data and the user's index in one Lua call on one Cluster slot (see :mod:`.keyspace` for the
 layout). A session whose user changes gets a new key (with the new user's tag) when it is
 saved. ``load()`` and ``save()`` call the client themselves (the hot path: no step machinery,
@@ -29,7 +30,7 @@ from django.utils.crypto import get_random_string
 
 from .. import scripts
 from ..conf import get_config
-from . import previous
+from . import memory, previous
 from .activity import SessionActivity
 from .codec import deserialize, serialize, sign_session, unsign_session
 from .keyspace import (
@@ -106,11 +107,10 @@ class SessionStore(SessionActivity, SessionBase):
             return previous.load(self, *engine)
         if (hash_key := self._load_target()) is None:
             return {}
-        try:
-            if self._activity() is None:  # without the activity middleware: the data only
-                raw, version = client().hmget(hash_key, ["d", "v"])
-                return self._loaded(raw, version, None)
-            return self._loaded(*client().hmget(hash_key, ["d", "v", "a"]))
+        try:  # the data, its format and last activity (SessionActivityMiddleware's)
+            near = memory.memory()
+            return self._loaded(*(near.record(hash_key) if near is not None
+                                  else client().hmget(hash_key, memory.FIELDS)))
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, action="load") from exc
         except redis.exceptions.ResponseError:
@@ -122,10 +122,9 @@ class SessionStore(SessionActivity, SessionBase):
         if (hash_key := self._load_target()) is None:
             return {}
         try:
-            if self._activity() is None:
-                raw, version = await aclient().hmget(hash_key, ["d", "v"])
-                return self._loaded(raw, version, None)
-            return self._loaded(*await aclient().hmget(hash_key, ["d", "v", "a"]))
+            near = memory.memory()
+            return self._loaded(*(await near.arecord(hash_key) if near is not None
+                                  else await aclient().hmget(hash_key, memory.FIELDS)))
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, action="load") from exc
         except redis.exceptions.ResponseError:
@@ -254,6 +253,8 @@ class SessionStore(SessionActivity, SessionBase):
             saved = scripts.script("session_save")(client(), call[0], call[1])
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, action="save") from exc
+        finally:
+            memory.forget(call[0][:1])
         self._saved(saved, must_create, call[2])
 
     async def asave(self, must_create: bool = False) -> None:
@@ -273,6 +274,8 @@ class SessionStore(SessionActivity, SessionBase):
             saved = await scripts.script("session_save").acall(aclient(), call[0], call[1])
         except UNAVAILABLE as exc:
             raise self._unavailable(exc, action="save") from exc
+        finally:
+            memory.forget(call[0][:1])
         self._saved(saved, must_create, call[2])
 
     def _save_call(self, data: dict[str, Any], must_create: bool
@@ -334,6 +337,7 @@ class SessionStore(SessionActivity, SessionBase):
             ("session_save", [new_data, new_index],
              self._save_args(serialized, ttl_ms, user_id, create=True)),
         ])
+        memory.forget([old_data, new_data])
         for result in (moved, created):
             if isinstance(result, Exception):
                 raise result
@@ -363,7 +367,10 @@ class SessionStore(SessionActivity, SessionBase):
         if session_key == self.session_key:
             self._saved_state = None
         hash_key, index, sid = keys_of(session_key)
-        yield ("script", "session_delete", [hash_key, index], [sid, ""])
+        try:
+            yield ("script", "session_delete", [hash_key, index], [sid, ""])
+        finally:
+            memory.forget([hash_key])
 
     def cycle_key(self) -> None:
         self._activity_ms = None  # a new key: its activity is recorded afresh

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from .. import scripts
+from . import memory
 from .keyspace import data_key, index_key, text
 
 REVOKE_BATCH = 500
@@ -69,6 +70,7 @@ def revoke_all(client: Any, tag: str, keep_sid: str) -> int:
         result = revoke(client, [index_key(tag), *(data_key(tag, sid) for sid in batch)],
                         [keep_sid, REVOKE_BATCH, *batch])
         deleted += int(result[0])
+        memory.forget_all()  # this process's copies go before the call returns
         batch = [text(sid) for sid in result[1]]
         if not batch:
             return deleted
@@ -76,5 +78,8 @@ def revoke_all(client: Any, tag: str, keep_sid: str) -> int:
 
 def revoke_one(client: Any, tag: str, sid: str) -> bool:
     """Delete one session of ``tag``'s index (and its member); False if it was not there."""
-    return bool(scripts.script("session_delete")(
-        client, [data_key(tag, sid), index_key(tag)], [sid, ""]))
+    try:
+        return bool(scripts.script("session_delete")(
+            client, [data_key(tag, sid), index_key(tag)], [sid, ""]))
+    finally:
+        memory.forget([data_key(tag, sid)])

@@ -38,6 +38,7 @@ from django.contrib.sessions.backends.base import CreateError, SessionBase, Upda
 from .. import keys, scripts
 from ..conf import get_config
 from ..exceptions import ConfigurationError
+from . import memory
 from .codec import serialize, sign_session
 from .keyspace import UNAVAILABLE, client, cutoff_key, is_ours, keys_of, user_tag
 
@@ -199,8 +200,11 @@ def _write(store: SessionStore, new_key: str, data: dict[str, Any], mode: str) -
     ttl_ms = int(store.get_expiry_age(expiry=data.get("_session_expiry"))) * 1000
     signed = sign_session(serialize(store.serializer, data), store.key_salt)
     indexed = "1" if _user_id(data) is not None else "0"
-    return scripts.script("session_adopt")(client(), [data_key, index],
-                                           [mode, signed, max(ttl_ms, 1), indexed])
+    try:
+        return scripts.script("session_adopt")(client(), [data_key, index],
+                                               [mode, signed, max(ttl_ms, 1), indexed])
+    finally:
+        memory.forget([data_key])
 
 
 def create(store: SessionStore, engine: type[SessionBase]) -> None:
@@ -254,3 +258,5 @@ def delete(store: SessionStore, engine: type[SessionBase], session_key: str) -> 
         scripts.script("session_delete")(client(), [data_key, index], [sid, ""])
     except UNAVAILABLE as exc:
         raise store._unavailable(exc, action="delete") from exc
+    finally:
+        memory.forget([data_key])
