@@ -22,6 +22,11 @@ not share the app's CPU). ``E2E_PINNED`` picks them: ``both`` (default), ``0`` (
 ``1`` (pinned only). redis-py (both stacks) parses replies with hiredis when it is installed
 (``pip install django-redispatterns[fast]``); the header says which parser ran.
 
+Ours runs with the opt-in process memories ``E2E_MEMORY`` names: ``sessions,cache``
+(default: signed-in session loads and the cached route's values served from memory, kept
+correct by Redis tracking), ``sessions``, ``cache``, or ``none`` (every feature at its
+defaults). The header says which.
+
 ``E2E_SECONDS`` (24) is the length of each scenario, ``E2E_PROFILE_SECONDS`` (20, 0 = no
 profile) the profile's (under the first configuration).
 """
@@ -168,6 +173,16 @@ def _configs() -> list[str]:
     return picks[choice]
 
 
+def _memory() -> str:
+    """Which opt-in process memories ours runs with (``E2E_MEMORY``): ``sessions,cache``
+    (default), ``sessions``, ``cache`` or ``none`` (every feature at its defaults)."""
+    choice = os.environ.get("E2E_MEMORY", "sessions,cache")
+    names = {name for name in choice.split(",") if name and name != "none"}
+    if names - {"sessions", "cache"}:
+        raise SystemExit(f"E2E_MEMORY lists sessions, cache or none, not {choice!r}")
+    return ",".join(sorted(names))
+
+
 def _pin(pid: int, cpus: set[int]) -> None:
     """Every thread of ``pid`` onto ``cpus`` (what ``taskset -a -p`` does)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -205,8 +220,8 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
     owned = Owned()
     outdir = Path(tempfile.mkdtemp(prefix="rp-e2e-"))
     try:
-        stacks = {name: Stack(owned, "gunicorn", stack=name, env={"SOAK_BENCH": "1"})
-                  for name in STACKS}
+        env = {"SOAK_BENCH": "1", "SOAK_MEMORY": _memory()}
+        stacks = {name: Stack(owned, "gunicorn", stack=name, env=env) for name in STACKS}
         if config == "pinned":
             for stack in stacks.values():
                 assert stack.redis.process is not None
@@ -227,8 +242,10 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
 
 
 def report(results: dict[str, Any], seconds: float, config: str) -> None:
+    memory = _memory() or "none (defaults)"
     print(f"\n## End to end, {config}: gunicorn 4x4 each, load alternating every "
-          f"{SLOT:.0f} s, {seconds:.0f} s per scenario, replies parsed by {_parser()} "
+          f"{SLOT:.0f} s, {seconds:.0f} s per scenario, replies parsed by {_parser()}, "
+          f"ours' process memories: {memory} "
           "(medians over the rounds; ratio = ours/theirs, > 1 is ours faster)")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "

@@ -50,6 +50,9 @@ _REDIS_OPTIONS = {
     "SOCKET_CONNECT_TIMEOUT": config.SOCKET_TIMEOUT,
     "IGNORE_EXCEPTIONS": True,
 }
+# The opt-in process memories ours may run with (``SOAK_MEMORY``, comma-separated):
+# "sessions" (SESSIONS["NEAR_CACHE"]) and "cache" (the cache's OPTIONS["NEAR_CACHE"]).
+MEMORY = {name for name in os.environ.get("SOAK_MEMORY", "").split(",") if name}
 _BACKEND = ("django_redispatterns.cache.RedisCache" if STACK == "ours"
             else "django_redis.cache.RedisCache")
 # On Redis Cluster (``./dev soak --cluster``) the cache builds its client from the
@@ -63,8 +66,9 @@ CACHES = {
         "LOCATION": [REDIS_URL] if _CLUSTER else REDIS_URL,
         "TIMEOUT": 300,
         "KEY_PREFIX": f"soak-{alias}",
-        "OPTIONS": ({**_REDIS_OPTIONS, "STALE_TTL": stale} if STACK == "ours"
-                    else dict(_REDIS_OPTIONS)),
+        "OPTIONS": ({**_REDIS_OPTIONS, "STALE_TTL": stale,
+                     **({"NEAR_CACHE": True} if "cache" in MEMORY else {})}
+                    if STACK == "ours" else dict(_REDIS_OPTIONS)),
     }
     for alias, stale in config.STALE_TTL.items()
 }
@@ -90,6 +94,7 @@ if STACK == "ours":
             "key": f"header:{config.BUCKET_HEADER}", "name": "api",
         }]},
         "IDEMPOTENCY": {"LEASE": config.IDEMPOTENCY_LEASE},
+        "SESSIONS": {"NEAR_CACHE": "sessions" in MEMORY},
     }
 else:
     SESSION_ENGINE = "django.contrib.sessions.backends.cache"
