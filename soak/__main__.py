@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import signal
 import sys
 import time
@@ -40,7 +41,13 @@ def main(argv: list[str]) -> int:
                         help="report folder (default .soak/short or .soak/full)")
     parser.add_argument("--keep-events", action="store_true",
                         help="also write every answer to events-<server>.jsonl.gz")
+    parser.add_argument("--memory", default="",
+                        help="ours with session loads from process memory: 'sessions' "
+                             "(logout_everywhere is then checked against its 0.5 s bound)")
     args = parser.parse_args(argv)
+    if args.memory not in ("", "sessions"):
+        parser.error(f"--memory takes 'sessions', not {args.memory!r}")
+    os.environ["SOAK_MEMORY"] = args.memory  # the app servers and the checks read it
     variant = ("cluster-" if args.cluster else "") + ("short" if args.short else "full")
     if args.cluster:
         from soak import cluster

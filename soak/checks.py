@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -345,7 +346,18 @@ def check_idempotency(events: list[dict[str, Any]], runlog: list[dict[str, Any]]
 
 # --- sessions ---------------------------------------------------------------------------------
 
+def revocation_grace() -> float:
+    """Seconds after ``logout_everywhere`` returns during which another process may still
+    serve the session: 0, or the session memory's bound when the app runs with it."""
+    if "sessions" not in os.environ.get("SOAK_MEMORY", "").split(","):
+        return 0.0
+    from django_redispatterns.sessions.memory import SILENT_LIMIT
+
+    return SILENT_LIMIT
+
+
 def check_sessions(events: list[dict[str, Any]], tl: Timeline, t0: float) -> list[Finding]:
+    grace = revocation_grace()
     born: dict[str, float] = {}
     for e in sorted(events, key=lambda e: e["r"]):
         if e.get("set") and e["set"] != "-":
@@ -360,7 +372,7 @@ def check_sessions(events: list[dict[str, Any]], tl: Timeline, t0: float) -> lis
     leaks: list[str] = []
     for lo in done:
         for e in by_user[lo["u"]]:
-            if e["ck"] == lo["ck"] or e["s"] <= lo["r"]:
+            if e["ck"] == lo["ck"] or e["s"] <= lo["r"] + grace:
                 continue
             if born.get(e["ck"], float("inf")) >= lo["s"]:
                 continue  # signed in after logout_everywhere started: may survive it
@@ -371,7 +383,8 @@ def check_sessions(events: list[dict[str, Any]], tl: Timeline, t0: float) -> lis
                and e.get("ck") not in (None, lo["ck"])
                and born.get(e["ck"], float("inf")) < lo["s"])
     revoked = Finding(
-        "logout_everywhere: no authenticated request after it returned", not leaks,
+        "logout_everywhere: no authenticated request after it returned"
+        + (f" (+{grace:g} s: sessions in process memory)" if grace else ""), not leaks,
         f"{len(done)} calls returned; {post:,} later requests on ended sessions, "
         f"{len(leaks)} of them authenticated", leaks[:6])
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from soak import checks, config
 
 T0 = 1_000.0
@@ -146,3 +148,17 @@ def test_a_hang_500_and_unanswered_request_are_caught():
     assert checks.check_statuses([ev("me", 1, 1.1, 503)], timeline((0.5, 2.0)), T0).ok
     assert not checks.check_statuses([ev("me", 10, 10.1, 503)], timeline((0.5, 2.0)), T0).ok
     assert not checks.check_answered([ev("me", 1, 31, 0, err="timed out")], T0).ok
+
+
+def test_with_sessions_in_memory_only_a_request_past_the_bound_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_redispatterns.sessions.memory import SILENT_LIMIT
+
+    monkeypatch.setenv("SOAK_MEMORY", "sessions")
+    signin = ev("signin", 0, 0.1, 200, set="old", ck="old")
+    mine = ev("signin", 0, 0.1, 200, set="mine", ck="mine", d=1)
+    logout = ev("logout", 1.0, 1.2, 200, ck="mine", d=1)
+    within = ev("me", 1.2 + SILENT_LIMIT / 2, 1.3 + SILENT_LIMIT, 200, ck="old", auth=1)
+    past = ev("me", 1.3 + SILENT_LIMIT, 1.4 + SILENT_LIMIT, 200, ck="old", auth=1)
+    assert checks.check_sessions([signin, mine, logout, within], timeline(), T0)[0].ok
+    assert not checks.check_sessions([signin, mine, logout, past], timeline(), T0)[0].ok
