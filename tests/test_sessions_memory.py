@@ -351,3 +351,53 @@ def test_a_malformed_setting_is_refused_by_name(server: RedisServer, value: Any,
         assert error in str(exc.value)
         messages = [m for m in check_settings() if m.id.endswith("E002")]
         assert messages and error in messages[0].msg
+
+
+# --- Sentinel and Cluster ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topology", ["sentinel_url", "cluster_url"])
+def test_on_sentinel_and_cluster_copies_are_served_and_dropped_by_redis(
+        topology: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Users on several Cluster slots (and masters); this process's own bookkeeping is
+    switched off, so only Redis's messages can drop the copies."""
+    from tests.topology_fixtures import use_connection
+
+    url = request.getfixturevalue(topology)
+    with use_connection(url, SESSIONS={"NEAR_CACHE": True}):
+        try:
+            keys = {str(user): sign_in(str(user)) for user in range(6)}
+            for key in keys.values():
+                hold(key)
+            for key in keys.values():
+                assert loaded(key)
+            monkeypatch.setattr(memory, "forget", lambda keys: None)
+            monkeypatch.setattr(memory, "forget_all", lambda: None)
+            for user, key in keys.items():
+                logout_everywhere(user)
+                lag = gone_within(key, memory.SILENT_LIMIT + MARGIN + 5)
+                assert lag is not None and lag <= memory.SILENT_LIMIT + MARGIN
+        finally:
+            memory.stop()
+
+
+def test_the_channel_survives_being_closed_from_another_thread_mid_read(
+        server: RedisServer) -> None:
+    """``renew()`` (a Sentinel failover, a refused redirect) closes the channel's socket
+    while its thread waits in a read of a hung server; however redis-py reports that, the
+    thread subscribes again once the server answers."""
+    key = sign_in()
+    near = hold(key)
+    listener = near.reads.listener
+    assert listener is not None
+    server.pause()
+    try:
+        listener.renew("closed by the test")  # the thread reconnects, then waits on a reply
+        time.sleep(0.5)
+        listener.renew("closed by the test, mid-read")
+        time.sleep(0.3)
+    finally:
+        server.resume()
+    assert listener._thread.is_alive()  # type: ignore[union-attr]
+    wait_for(lambda: listener.ready, WAIT, "the channel to subscribe again")
+    hold(key)

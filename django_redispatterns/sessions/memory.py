@@ -51,7 +51,7 @@ class SessionMemory:
         self.config = config
         self.max_local_ttl = config.max_local_ttl
         self.reads = TrackedReads(lambda: base, config.max_entries, config.max_bytes, SETTING,
-                                  f"sessions {base!r}",
+                                  f"sessions {_server_name(base)}",
                                   ping_every=PING_EVERY, silent_limit=SILENT_LIMIT)
 
     def record(self, hash_key: str) -> Record:
@@ -94,6 +94,14 @@ class SessionMemory:
 
     def stop(self) -> None:
         self.reads.stop()
+
+
+def _server_name(base: Any) -> str:
+    """``host:port/db`` of a single-server client (Sentinel, Cluster: the client's kind)."""
+    kwargs = getattr(getattr(base, "connection_pool", None), "connection_kwargs", None) or {}
+    if "host" in kwargs:
+        return f"{kwargs['host']}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    return type(base).__name__
 
 
 def _hmget_pttl(conn: Any, hash_key: str) -> tuple[Any, Any]:

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from redis.exceptions import RedisError
 
 logger = logging.getLogger("django_redispatterns.cache")
 
@@ -166,7 +165,11 @@ class Listener:
             epoch = self.epoch
             try:
                 self._subscribe_and_read()
-            except (RedisError, OSError, ValueError) as exc:
+            except Exception as exc:
+                # RedisError / OSError / ValueError mostly; a close from another thread
+                # (renew(), stop()) in the middle of a read can surface as redis-py's parser
+                # failing (AttributeError). Whatever it was, the channel is lost, not the
+                # thread: it subscribes again.
                 self.lose(f"{type(exc).__name__}: {exc}")
             if self.epoch > epoch + 1:  # it had subscribed: retry soon
                 delay = 0.05
