@@ -4,7 +4,8 @@ Scenarios, each one simulated request of a signed-in user on an existing session
 1. load + modify + save (``SESSION_SAVE_EVERY_REQUEST`` or any view that writes the session):
    ours is HGET + one Lua call that also keeps the per-user index; Django's cache engine is
    GET, then GET (exists check) + SET; django-redis-sessions is GET + unconditional SETEX;
-2. load only (a request that reads the session and saves nothing).
+2. load only (a request that reads the session and saves nothing);
+3. load only with ours' ``SESSIONS["NEAR_CACHE"]`` on: served from process memory.
 
 A fourth contender is the floor any Redis session engine with a per-user index pays: a GET of
 unsigned JSON, then one pipeline (SET with expiry, ZADD to the index, PEXPIRE the index); no
@@ -136,8 +137,30 @@ def _run_on(url: str, network: str, *, ops: int, rounds: int) -> None:
             print("client CPU per request (best of 5, us): " + ", ".join(
                 f"{name.split(' (')[0]} {_cpu_us(fn, ops // 2):.0f}"
                 for name, fn in requests.items()))
+        _memory_load(url, config, contenders, network, ops=ops, rounds=rounds)
         for cls, key in contenders.values():
             cls(key).delete()
+
+
+def _memory_load(url: str, config: dict[str, Any],
+                 contenders: dict[str, tuple[type[SessionBase], str]], network: str, *,
+                 ops: int, rounds: int) -> None:
+    """Load only, ours with SESSIONS["NEAR_CACHE"] on (served from process memory)."""
+    from django_redispatterns.sessions import memory
+
+    ours_key = next(key for cls, key in contenders.values() if cls is OurStore)
+    theirs_key = next(key for cls, key in contenders.values() if cls is CacheStore)
+    on = {**config, "SESSIONS": {"CONNECTION": url, "NEAR_CACHE": True}}
+    with override_settings(REDIS_PATTERNS=on):
+        try:
+            requests: dict[str, Callable[[], object]] = {
+                "ours, NEAR_CACHE on (process memory)": _read_cycle(OurStore, ours_key),
+                "Django cache engine + django-redis": _read_cycle(CacheStore, theirs_key),
+            }
+            compare(f"session load only (signed-in user), NEAR_CACHE on, {network}", requests,
+                    ops=ops, rounds=rounds, warmup=ops // 5)
+        finally:
+            memory.stop()
 
 
 class LatencyProxy:
