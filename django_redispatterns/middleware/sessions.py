@@ -31,6 +31,7 @@ It does two things:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -73,6 +74,12 @@ def stored_ip(address: str) -> str:
     mode = get_config().feature("SESSIONS")["IP_STORAGE"]
     if mode == "none" or not address:
         return ""
+    return _stored_ip(address, mode, settings.SECRET_KEY if mode == "hash" else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_ip(address: str, mode: str, secret: str) -> str:
+    # ``secret`` is only part of the cache key: a rotated SECRET_KEY gives new hashes.
     try:
         ip = ipaddress.ip_address(address.strip())
     except ValueError:

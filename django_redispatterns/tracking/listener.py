@@ -205,7 +205,10 @@ class Listener:
                 number += 1
                 pings[number] = last_ping = now
                 conn.send_command("PING", number)
-            if conn.can_read(timeout=self.ping_every / 4):
+            # Asleep until a message arrives or the next PING is due: no idle wake-ups
+            # that would take the GIL from the threads serving requests.
+            due = last_ping + self.ping_every - time.monotonic()
+            if conn.can_read(timeout=max(due, 0.001)):
                 message = conn.read_response()
                 answered = _pong(message)
                 if answered is None:
