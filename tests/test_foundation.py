@@ -293,3 +293,19 @@ def test_sentinel_watch_drops_a_pin_on_abort() -> None:
     watch.aborted()
     assert watch.pinned() is None
     assert watch.accept(1, ("a", 1))
+
+
+def test_sentinel_watch_listens_with_sync_options_even_for_an_asyncio_manager() -> None:
+    """redis-py 8.2's asyncio Sentinel adds its asyncio Retry to ``sentinel_kwargs``; the
+    watch's listeners are sync clients, and with it every call returned a coroutine."""
+    import redis.asyncio.retry
+    from redis.backoff import NoBackoff
+
+    from django_redispatterns.connection.watch import Watch
+
+    async_retry = redis.asyncio.retry.Retry(NoBackoff(), 1)
+    watch = Watch("svc", [("127.0.0.1", 1)], {"socket_timeout": 0.5, "retry": async_retry})
+    assert watch.sentinel_kwargs == {"socket_timeout": 0.5}
+    client = redis.Redis("127.0.0.1", 1, **watch.sentinel_kwargs)
+    with pytest.raises(redis.ConnectionError):  # a real call, not a coroutine
+        client.ping()

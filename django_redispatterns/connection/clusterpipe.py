@@ -112,8 +112,9 @@ async def aunknown_redirect(client: Any, exc: BaseException) -> ClusterError | N
 
 
 _PRIMARY = "primary"  # redis-py's server_type of a master
-# The words redis-py's AttributeError uses when an ASK names an unknown node (sync, async).
-_UNKNOWN_NODE = ("'redis_connection'", "'execute_command'", "'connection_kwargs'")
+# The words redis-py's AttributeError uses when an ASK names an unknown node (sync, async;
+# redis-py 8.2+ raises another one, about the missing node's ``host``, while recording it).
+_UNKNOWN_NODE = ("'redis_connection'", "'execute_command'", "'connection_kwargs'", "'host'")
 
 
 def _is_unknown_redirect(exc: BaseException) -> bool:

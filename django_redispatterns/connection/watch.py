@@ -60,7 +60,10 @@ class Watch:
                  sentinel_kwargs: dict[str, Any]) -> None:
         self.service = service
         self.sentinels = tuple(sentinels)
-        self.sentinel_kwargs = dict(sentinel_kwargs)
+        # For the listeners' own sync clients: an asyncio manager's objects (redis-py 8.2+
+        # puts its asyncio Retry here) would make every call a coroutine never awaited.
+        self.sentinel_kwargs = {name: value for name, value in sentinel_kwargs.items()
+                                if not type(value).__module__.startswith("redis.asyncio")}
         self.probe_kwargs: dict[str, Any] | None = None
         self.generation = 0
         self.listening = False
