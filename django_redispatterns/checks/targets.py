@@ -203,7 +203,8 @@ def _endpoints(target: Target) -> list[tuple[str, Any]]:
             service = urlsplit(target.connection).hostname or ""
             hosts = list(target.sentinels)
             options = dict(target.options)
-        timeouts = {"socket_timeout": PROBE_TIMEOUT, "socket_connect_timeout": PROBE_TIMEOUT}
+        timeouts: dict[str, Any] = {"socket_timeout": PROBE_TIMEOUT,
+                                    "socket_connect_timeout": PROBE_TIMEOUT}
         sentinel_password = parsed.query.get("sentinel_password")
         sentinel = Sentinel(hosts, sentinel_kwargs={
             **timeouts, **tls,
