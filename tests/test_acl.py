@@ -245,3 +245,13 @@ def test_the_session_rule_holds_every_command_of_the_session_scripts() -> None:
     for script in (Path(__file__).resolve().parent.parent / "lua").glob("session_*.lua"):
         called |= {c.upper() for c in re.findall(r"redis\.p?call\('(\w+)'", script.read_text())}
     assert called - set(rights.SESSIONS) == set()
+
+
+@pytest.mark.parametrize("near", [False, True])
+def test_sessions_in_process_memory_need_tracking_and_its_channel(near: bool) -> None:
+    from django_redispatterns.conf import build_config
+
+    config = build_config({"KEY_PREFIX": KEY_PREFIX, "SESSIONS": {"NEAR_CACHE": near}})
+    (sessions,) = rights.needs(config, {"sessions": "default"}, {})
+    assert ("CLIENT|TRACKING" in sessions.commands) is near
+    assert sessions.channels == (("__redis__:invalidate",) if near else ())

@@ -69,7 +69,8 @@ def needs(config: Config, features: Mapping[str, str], caches: Mapping[str, Mapp
           select: bool = False, near: bool = False, extras: bool = False) -> list[Need]:
     """The rights of every feature in ``features`` (name -> connection) and every cache in
     ``caches`` (alias -> CACHES entry); ``select``: some of them use a database other
-    than 0, so the connections send SELECT; ``near``: as if every cache had a near cache;
+    than 0, so the connections send SELECT; ``near``: as if every cache had a near cache
+    (and the sessions theirs, ``SESSIONS["NEAR_CACHE"]``);
     ``extras``: the caches' users call django-redis's data-type API too."""
     prefix = config.key_prefix
     extra = ("SELECT",) if select else ()
@@ -93,8 +94,13 @@ def needs(config: Config, features: Mapping[str, str], caches: Mapping[str, Mapp
         commands += extra
         if connection.startswith("redis+sentinel://"):
             commands += SENTINEL
+        tracked = feature == "sessions" and (
+            near or bool(config.feature("SESSIONS")["NEAR_CACHE"]))
+        if tracked:  # loads from process memory: the same tracking as a near cache
+            commands += NEAR_CACHE
         listed.append(Need(feature, connection, commands,
-                           (f"{glob_escape(prefix)}:{part}:*",), (),
+                           (f"{glob_escape(prefix)}:{part}:*",),
+                           (NEAR_CHANNEL,) if tracked else (),
                            _prefixed(prefix, part, "acl-probe")))
     return listed
 
