@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -142,21 +141,17 @@ class NearCache:
         record = reply[2] if len(reply) > 2 else None
         hint = _hint(raw)
         if read.keepable():
-            deadline = self._deadline(raw, pttl, read.started, record)
+            deadline = self._deadline(raw, read.deadline(pttl, self.config.max_local_ttl),
+                                      record)
             if deadline is not None:
                 self.store.put(nkey, raw, deadline, read.ticket, hint)
         return raw, hint, record
 
-    def _deadline(self, raw: bytes, pttl: int, started: float,
-                  record: Any = None) -> float | None:
-        """When the local copy of ``raw`` must be dropped (``time.monotonic()``), or
-        ``None`` when it must not be stored at all. ``started``: when the read was sent
-        (the PTTL counts from a moment after it); ``record``: the value's ``get_or_set``
-        metadata (its soft expiry bounds the copy, as an envelope's does)."""
-        limit = math.inf if pttl < 0 else pttl / 1000.0
-        if self.config.max_local_ttl is not None:
-            limit = min(limit, self.config.max_local_ttl)
-        deadline = started + limit
+    @staticmethod
+    def _deadline(raw: bytes, deadline: float, record: Any = None) -> float | None:
+        """When the local copy of ``raw`` must be dropped (``time.monotonic()``): its
+        TTL ``deadline``, or earlier the soft expiry in ``record`` (the value's
+        ``get_or_set`` metadata) or in an envelope; ``None`` when it must not be stored."""
         found = envelope.times(raw) if envelope.is_envelope(raw) else meta.times(record, raw)
         if found is not None:  # its soft expiry is wall-clock time
             deadline = min(deadline, time.monotonic() + found[0] - time.time())
@@ -199,7 +194,7 @@ class NearCache:
         self.reads.forget(nkeys)
 
     def forget_all(self) -> None:
-        self.store.clear()
+        self.reads.forget_all()
 
     def stop(self) -> None:
         """Stop the channel's thread and close the near cache's connections; the next

@@ -24,7 +24,6 @@ Only records that exist are kept: a cookie of no session asks Redis each time.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 from typing import Any
 
@@ -49,7 +48,6 @@ class SessionMemory:
     def __init__(self, base: Any, config: NearConfig) -> None:
         self.base = base
         self.config = config
-        self.max_local_ttl = config.max_local_ttl
         self.reads = TrackedReads(lambda: base, config.max_entries, config.max_bytes, SETTING,
                                   f"sessions {_server_name(base)}",
                                   ping_every=PING_EVERY, silent_limit=SILENT_LIMIT)
@@ -78,10 +76,8 @@ class SessionMemory:
         raw, pttl = record[0], int(pttl)
         if raw is None or pttl == -2 or not read.keepable():
             return record
-        limit = math.inf if pttl < 0 else pttl / 1000.0
-        if self.max_local_ttl is not None:
-            limit = min(limit, self.max_local_ttl)
-        self.reads.store.put(hash_key, raw, read.started + limit, read.ticket, record)
+        deadline = read.deadline(pttl, self.config.max_local_ttl)
+        self.reads.store.put(hash_key, raw, deadline, read.ticket, record)
         return record
 
     def forget(self, hash_keys: list[str]) -> None:
@@ -90,7 +86,7 @@ class SessionMemory:
 
     def forget_all(self) -> None:
         """This process wrote records it cannot name (a user's sessions): drop every copy."""
-        self.reads.store.clear()
+        self.reads.forget_all()
 
     def stop(self) -> None:
         self.reads.stop()

@@ -108,6 +108,10 @@ class TrackedReads:
         """This process wrote ``keys``: drop their entries and refuse their reads in flight."""
         self.store.invalidate(keys)
 
+    def forget_all(self) -> None:
+        """This process wrote keys it cannot name: drop every entry and read in flight."""
+        self.store.clear()
+
     # --- setup ------------------------------------------------------------------------
 
     def _start(self) -> Listener | ClusterChannels:

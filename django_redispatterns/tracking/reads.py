@@ -9,6 +9,7 @@ whether the answer may be kept (:attr:`Read.keepable`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -33,6 +34,15 @@ class Read(NamedTuple):
     ticket: int  # the store's ticket taken before the read
     started: float  # time.monotonic() before the read was sent
     listener: Listener  # the channel the read's connection redirects to
+
+    def deadline(self, pttl_ms: int, cap: float | None) -> float:
+        """When a copy of the answer must go (``time.monotonic()``): the key's TTL as Redis
+        reported it (``pttl_ms`` < 0: none), counted from before the read was sent, and at
+        most ``cap`` seconds (``MAX_LOCAL_TTL``; None: no cap)."""
+        limit = math.inf if pttl_ms < 0 else pttl_ms / 1000.0
+        if cap is not None:
+            limit = min(limit, cap)
+        return self.started + limit
 
     def keepable(self) -> bool:
         """True when the answer may be stored: tracked, and the channel healthy and the same
