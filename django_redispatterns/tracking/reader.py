@@ -56,11 +56,6 @@ class TrackedReads:
         self._watch_gen = 0
         _all.add(self)
 
-    @property
-    def silent_limit(self) -> float:
-        listener = self.listener
-        return listener.silent_limit if listener is not None else 0.0
-
     # --- the hit path -----------------------------------------------------------------
 
     def lookup(self, key: str) -> Entry | None:
