@@ -4,9 +4,10 @@ Two gunicorns (4 workers x 4 threads each) serve the same app (``soak/app``), ea
 own redis-server: **ours** (our cache backend, session engine with SessionActivityMiddleware,
 ``@ratelimit`` / ``RateLimitMiddleware``, ``IdempotencyMiddleware``) and **theirs**
 (django-redis's cache, Django's cache session engine, django-ratelimit's fixed window, no
-idempotency layer). One closed-loop load (4 processes x 4 signed-in devices) alternates
-between them **every second**, all devices together, so both stacks share every moment of
-the (shared, noisy) machine; each second is a round. Scenarios: the mix, then each route
+idempotency layer). One closed-loop load (16 signed-in devices, spread evenly over each
+server's workers; :mod:`benchmarks.e2e_load`) alternates between them **every second**,
+all devices together, so both stacks share every moment of the (shared, noisy) machine;
+each second is a round. Scenarios: the mix, then each route
 alone. Rate limits are set so high that every request is admitted: this measures the
 admitted path, not 429s. We report per route the median over the rounds of requests/s and
 the median latency, and their ratios ours/theirs (> 1: ours is faster), the redis-server CPU
@@ -16,17 +17,19 @@ Then py-spy samples the workers of each stack under the mix, charged to the laye
 spent them (:mod:`benchmarks.e2e_profile`).
 
 Two configurations, one after the other, each with fresh servers: **shared** (every process
-may run on every core) and **pinned** (both redis-servers on one core of their own, the
-gunicorns and the load on the others, as ``taskset`` would place them: production Redis does
-not share the app's CPU). ``E2E_PINNED`` picks them: ``both`` (default), ``0`` (shared only),
-``1`` (pinned only). redis-py (both stacks) parses replies with hiredis when it is installed
-(``pip install django-redispatterns[fast]``); the header says which parser ran.
+may run on every core) and **pinned** (both gunicorns on one core of their own, the
+redis-servers and the load on the other, as ``taskset`` would place them: in production
+neither Redis nor the clients run on the app's CPU). ``E2E_PINNED`` picks them: ``both``
+(default), ``0`` (shared only), ``1`` (pinned only). redis-py (both stacks) parses replies
+with hiredis when it is installed (``pip install django-redispatterns[fast]``); the header
+says which parser ran.
 
 Ours runs with the opt-in process memories ``E2E_MEMORY`` names: ``sessions,cache``
 (default: signed-in session loads and the cached route's values served from memory, kept
 correct by Redis tracking), ``sessions``, ``cache``, or ``none`` (every feature at its
 defaults). The header says which.
 
+``E2E_SCENARIOS`` (comma-separated: ``mix`` and route names) runs only those.
 ``E2E_SECONDS`` (24) is the length of each scenario, ``E2E_PROFILE_SECONDS`` (20, 0 = no
 profile) the profile's (under the first configuration).
 """
@@ -42,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import e2e_profile
+from benchmarks import e2e_load, e2e_profile
 
 ROUTES = {
     "me": "GET /me (signed in)",
@@ -100,16 +103,46 @@ def _redis_cpu(stack: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+LOADS = {
+    "lean": "the lean load (one event loop, 16 devices)",
+    "soak": "the soak's load (http.client, 4 processes x 4 devices)",
+}
+
+
+def _load_kind() -> str:
+    """Which load generator drives the run (``E2E_LOAD``): ``lean`` (default) or ``soak``."""
+    choice = os.environ.get("E2E_LOAD", "lean")
+    if choice not in LOADS:
+        raise SystemExit(f"E2E_LOAD must be one of {', '.join(LOADS)}, not {choice!r}")
+    return choice
+
+
+# The cores the load runs on (the pinned configuration: Redis's core); None: any core.
+LOAD_CPUS: set[int] | None = None
+
+
+def start_load(owned: Any, ports: list[int], seconds: float, outdir: Path,
+               mix: dict[str, int]) -> Any:
+    """16 signed-in devices, closed loop, alternating between ``ports`` every SLOT."""
+    if _load_kind() == "lean":
+        return e2e_load.start_lean_load(owned, ports, seconds, outdir, mix=mix,
+                                        slot_seconds=SLOT, cpus=LOAD_CPUS)
+    from soak.run import start_load as start_soak_load
+
+    load = start_soak_load(owned, ports[0], seconds, outdir, procs=4, threads=4,
+                           mode="bench", mix=mix, other_ports=ports[1:], slot_seconds=SLOT)
+    for process in load.processes if LOAD_CPUS else ():
+        _pin(process.pid, LOAD_CPUS)
+    return load
+
+
 def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: float,
               outdir: Path, cpu: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One load alternating between the stacks every SLOT; its events. ``cpu`` gets each
     stack's redis-server CPU seconds per request."""
-    from soak.run import start_load
-
     ports = [stacks[name].server.port for name in STACKS]
     before = {name: _redis_cpu(stacks[name]) for name in STACKS}
-    load = start_load(owned, ports[0], seconds, outdir, procs=4, threads=4, mode="bench",
-                      mix=mix, other_ports=ports[1:], slot_seconds=SLOT)
+    load = start_load(owned, ports, seconds, outdir, mix)
     events = load.collect()
     for e in events:
         e["t_rel"] = e["s"] - load.t0
@@ -161,7 +194,7 @@ def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str,
 
 CONFIGS = {
     "shared": "shared cores (app, load and Redis on every core)",
-    "pinned": "Redis pinned to its own core (app and load on the others)",
+    "pinned": "the app pinned to a core of its own (Redis and the load on the other)",
 }
 
 
@@ -181,6 +214,15 @@ def _memory() -> str:
     if names - {"sessions", "cache"}:
         raise SystemExit(f"E2E_MEMORY lists sessions, cache or none, not {choice!r}")
     return ",".join(sorted(names))
+
+
+def _scenarios() -> list[str]:
+    """The scenarios to run (``E2E_SCENARIOS``, comma-separated): every one by default."""
+    known = ["mix", *ROUTES]
+    choice = [name for name in os.environ.get("E2E_SCENARIOS", "").split(",") if name]
+    if set(choice) - set(known):
+        raise SystemExit(f"E2E_SCENARIOS lists {', '.join(known)}, not {choice!r}")
+    return choice or known
 
 
 def _pin(pid: int, cpus: set[int]) -> None:
@@ -210,13 +252,16 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
 
     scenarios: dict[str, dict[str, int]] = {"mix": dict(BENCH_MIX)}
     scenarios.update({route: {route: 1} for route in ROUTES})
+    scenarios = {name: mix for name, mix in scenarios.items() if name in _scenarios()}
+    global LOAD_CPUS
     every_cpu = os.sched_getaffinity(0)
     redis_cpu = {max(every_cpu)}
     if config == "pinned":
         if len(every_cpu) < 2:
             print("\n(one core only: no pinned configuration)")
             return
-        os.sched_setaffinity(0, every_cpu - redis_cpu)  # the gunicorns and the load inherit it
+        os.sched_setaffinity(0, every_cpu - redis_cpu)  # the gunicorns inherit it
+        LOAD_CPUS = redis_cpu
     owned = Owned()
     outdir = Path(tempfile.mkdtemp(prefix="rp-e2e-"))
     try:
@@ -239,12 +284,14 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
     finally:
         owned.stop_all()
         os.sched_setaffinity(0, every_cpu)
+        LOAD_CPUS = None
 
 
 def report(results: dict[str, Any], seconds: float, config: str) -> None:
     memory = _memory() or "none (defaults)"
     print(f"\n## End to end, {config}: gunicorn 4x4 each, load alternating every "
-          f"{SLOT:.0f} s, {seconds:.0f} s per scenario, replies parsed by {_parser()}, "
+          f"{SLOT:.0f} s, {seconds:.0f} s per scenario, {LOADS[_load_kind()]}, "
+          f"replies parsed by {_parser()}, "
           f"ours' process memories: {memory} "
           "(medians over the rounds; ratio = ours/theirs, > 1 is ours faster)")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
@@ -268,15 +315,14 @@ def report(results: dict[str, Any], seconds: float, config: str) -> None:
 
 def profile(owned: Any, stacks: dict[str, Any], seconds: float, outdir: Path) -> None:
     from soak.load import BENCH_MIX
-    from soak.run import start_load
 
     keep = Path(__file__).resolve().parent.parent / ".benchmarks"
     keep.mkdir(exist_ok=True)
     for name, stack in stacks.items():
         for idle in (False, True):
             raw = keep / f"e2e-profile-{name}-{'wall' if idle else 'cpu'}.txt"
-            load = start_load(owned, stack.server.port, seconds + 4, outdir, procs=4,
-                              threads=4, mode="bench", mix=dict(BENCH_MIX))
+            load = start_load(owned, [stack.server.port], seconds + 4, outdir,
+                              dict(BENCH_MIX))
             time.sleep(2.5)  # devices signed in, load steady
             ok = e2e_profile.record(stack.server.process.pid, seconds, raw, idle=idle)
             load.collect()
