@@ -18,7 +18,6 @@ benchmark counts both alike.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import selectors
@@ -290,25 +289,11 @@ def start_lean_load(owned: Any, ports: list[int], seconds: float, outdir: Path, 
                     cpus: set[int] | None = None) -> Any:
     """Start the lean load against ``ports`` (alternating every ``slot_seconds`` when there
     are several); returns at the common start, as :func:`soak.run.start_load` does."""
-    from soak.run import LoadRun
+    from soak.run import start_together
 
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Barrier(procs + 1)
-    start = ctx.Value("d", 0.0)
     outs = [outdir / f"lean-{i}.jsonl" for i in range(procs)]
-    processes = []
-    for i, out in enumerate(outs):
-        out.unlink(missing_ok=True)
-        spec = LeanSpec(ports=list(ports), duration=seconds, proc=i,
-                        devices=devices // procs, out=str(out), mix=dict(mix),
-                        slot_seconds=slot_seconds, workers=workers, cpus=cpus,
-                        seed=int.from_bytes(os.urandom(2), "big"))
-        process = ctx.Process(target=lean_process, args=(spec, ready, start), daemon=True)
-        process.start()
-        processes.append(process)
-    run = owned.add(LoadRun(processes, outs, 0.0, 0.0))
-    ready.wait(120)
-    run.t0 = start.value = time.time() + 0.2
-    run.t_stop = run.t0 + seconds
-    ready.wait(120)
-    return run
+    specs = [LeanSpec(ports=list(ports), duration=seconds, proc=i, devices=devices // procs,
+                      out=str(out), mix=dict(mix), slot_seconds=slot_seconds, workers=workers,
+                      cpus=cpus, seed=int.from_bytes(os.urandom(2), "big"))
+             for i, out in enumerate(outs)]
+    return start_together(owned, lean_process, specs, outs, seconds)

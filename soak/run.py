@@ -140,32 +140,41 @@ class LoadRun:
                 p.join(5)
 
 
+def start_together(owned: Owned, target: Any, specs: list[Any], outs: list[Path],
+                   seconds: float) -> LoadRun:
+    """Run ``target(spec, ready, start)`` in one spawned process per spec. Each process
+    waits at ``ready`` twice: once when it is ready, once for ``start.value`` (the common
+    start, set here). Returns at that start (``.t0``); the events are read from ``outs``."""
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Barrier(len(specs) + 1)
+    start = ctx.Value("d", 0.0)
+    for out in outs:
+        out.unlink(missing_ok=True)
+    processes = []
+    for spec in specs:
+        process = ctx.Process(target=target, args=(spec, ready, start), daemon=True)
+        process.start()
+        processes.append(process)
+    run = owned.add(LoadRun(processes, outs, 0.0, 0.0))
+    ready.wait(120)
+    run.t0 = start.value = time.time() + 0.2
+    run.t_stop = run.t0 + seconds
+    ready.wait(120)
+    return run
+
+
 def start_load(owned: Owned, port: int, seconds: float, outdir: Path, *,
                procs: int, threads: int, mode: str = "soak", seed: int = 0,
                mix: dict[str, int] | None = None, other_ports: list[int] | None = None,
                slot_seconds: float = 1.0) -> LoadRun:
     """Start ``procs`` load processes; once all are ready they start together, for
     ``seconds``. Returns at that start (``.t0``)."""
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Barrier(procs + 1)
-    start = ctx.Value("d", 0.0)
     outs = [outdir / f"events-{i}.jsonl" for i in range(procs)]
-    for out in outs:
-        out.unlink(missing_ok=True)
-    processes = []
-    for i in range(procs):
-        spec = LoadSpec(port=port, duration=seconds, proc=i, threads=threads,
-                        out=str(outs[i]), mode=mode, seed=seed, mix=mix or {},
-                        other_ports=other_ports or [], slot_seconds=slot_seconds)
-        p = ctx.Process(target=load_process, args=(spec, ready, start), daemon=True)
-        p.start()
-        processes.append(p)
-    run = owned.add(LoadRun(processes, outs, 0.0, 0.0))
-    ready.wait(120)
-    run.t0 = start.value = time.time() + 0.1
-    run.t_stop = run.t0 + seconds
-    ready.wait(120)
-    return run
+    specs = [LoadSpec(port=port, duration=seconds, proc=i, threads=threads, out=str(out),
+                      mode=mode, seed=seed, mix=mix or {}, other_ports=other_ports or [],
+                      slot_seconds=slot_seconds)
+             for i, out in enumerate(outs)]
+    return start_together(owned, load_process, specs, outs, seconds)
 
 
 def run_server(kind: str, timeline: list[Phase], *, procs: int = 4, threads: int = 4,
