@@ -99,7 +99,7 @@ class Monitor:
         self.stop.set()
         self.thread.join(2)
         self.sock.close()
-        return max(self.client - 1, 0)  # MONITOR's own "+OK"
+        return self.client
 
 
 def _redis_cpu(stack: Any) -> float:
@@ -161,11 +161,15 @@ def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: 
 def _commands(owned: Any, stacks: dict[str, Any], mix: dict[str, int],
               outdir: Path) -> dict[str, float]:
     """A separate short pass under MONITOR (it slows Redis, so not while timing): commands
-    sent per request, sign-ins included, scripts' inner calls not counted."""
+    sent per request from the common start on (the devices' sign-ins before it are not
+    counted), scripts' inner calls not counted."""
     monitors = {name: Monitor(stacks[name].redis.port) for name in STACKS}
-    events = _scenario(owned, stacks, mix, 8 * SLOT, outdir)
+    load = start_load(owned, [stacks[name].server.port for name in STACKS], 8 * SLOT, outdir,
+                      mix)
+    before = {name: m.client for name, m in monitors.items()}
+    events = load.collect()
     time.sleep(0.3)
-    counts = {name: m.close() for name, m in monitors.items()}
+    counts = {name: m.close() - before[name] for name, m in monitors.items()}
     return {name: counts[name] / max(1, sum(1 for e in events if e.get("tg", 0) == i))
             for i, name in enumerate(STACKS)}
 

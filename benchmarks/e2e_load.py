@@ -91,23 +91,39 @@ def balanced(port: int, devices: int, workers: int) -> list[tuple[socket.socket,
     ``workers`` (gunicorn binds a connection to the worker that accepted it, and which one
     accepts is luck: 16 connections left to luck put most of the load on one or two worker
     processes, each held to one core by its GIL, and the benchmark would measure the luck).
-    A connection that lands on a worker which has its share already is closed and opened
-    again a moment later; after ``BALANCE_SECONDS`` the rest are kept wherever they land."""
+    Each device signs in once; a connection that lands on a worker which has its share
+    already is closed and opened again a moment later (asking ``GET /me``, which creates
+    no session: a user's sessions are capped); after ``BALANCE_SECONDS`` the rest are kept
+    wherever they land."""
     share = -(-devices // workers)
     held: dict[str, int] = {}
     out: list[tuple[socket.socket, str]] = []
     deadline = time.monotonic() + BALANCE_SECONDS
+    cookie = ""
     while len(out) < devices:
         sock = socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        cookie, worker = sign_in(sock, len(out) % config.USERS)
+        if not cookie:
+            cookie, worker = sign_in(sock, len(out) % config.USERS)
+        else:
+            worker = whose(sock, cookie)
         if held.get(worker, 0) >= share and time.monotonic() < deadline:
             sock.close()
             time.sleep(0.002)  # a moment for the other workers to come back to accept()
             continue
         held[worker] = held.get(worker, 0) + 1
         out.append((sock, cookie))
+        cookie = ""
     return out
+
+
+def whose(sock: socket.socket, cookie: str) -> str:
+    """The pid of the worker that serves ``sock`` (a signed-in ``GET /me``)."""
+    status, head = exchange(sock, ("GET /me HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                   f"Cookie: sessionid={cookie}\r\n\r\n").encode())
+    if status != 200:
+        raise RuntimeError(f"GET /me gave {status} to a device just signed in")
+    return header(head, b"x-soak-worker")
 
 
 class Requests:
@@ -254,9 +270,9 @@ def lean_process(spec: LeanSpec, ready: Any, start: Any) -> None:
         os.sched_setaffinity(0, spec.cpus)
     socks: dict[tuple[int, int], socket.socket] = {}
     for target, port in enumerate(spec.ports):
-        for device, (sock, cookie) in enumerate(balanced(port, spec.devices, spec.workers)):
-            socks[(device, target)] = sock
-            spec.cookies[(device, target)] = cookie
+        for index, (sock, cookie) in enumerate(balanced(port, spec.devices, spec.workers)):
+            socks[(index, target)] = sock
+            spec.cookies[(index, target)] = cookie
     ready.wait(120)  # every process signed in
     ready.wait(120)  # the start time is set
     spec.t0 = start.value
