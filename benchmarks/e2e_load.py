@@ -164,11 +164,9 @@ def answer_length(buffer: bytes) -> tuple[int, int] | None:
         return None
     head = buffer[:end].lower()
     status = int(buffer[9:12])
-    at = head.find(b"\r\ncontent-length:")
-    if at >= 0:
-        stop = head.find(b"\r\n", at + 2)
-        size = int(head[at + 17: stop if stop >= 0 else len(head)])
-        total = end + 4 + size
+    length = header(head, b"content-length")
+    if length:
+        total = end + 4 + int(length)
         return (status, total) if len(buffer) >= total else None
     if b"transfer-encoding: chunked" in head:
         last = buffer.find(b"\r\n0\r\n\r\n", end)
