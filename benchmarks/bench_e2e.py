@@ -30,9 +30,13 @@ correct by Redis tracking), ``sessions``, ``cache``, or ``none`` (every feature 
 defaults). The header says which.
 
 ``E2E_SCENARIOS`` (comma-separated: ``mix`` and route names) runs only those.
-``E2E_SECONDS`` (24) is the length of each route's scenario (the mix runs three times as
-long), ``E2E_PROFILE_SECONDS`` (20, 0 = no
+``E2E_SECONDS`` (24) is the length of each route's scenario (the mix runs eight times as
+long: its ratio is the one nearest the line, and the median of a round's requests/s moves
+with the machine, so it needs the most rounds), ``E2E_PROFILE_SECONDS`` (20, 0 = no
 profile) the profile's (under the first configuration).
+
+``E2E_SAME=ours`` (or ``theirs``) is the calibration: both servers run that one stack, so
+every ratio is the benchmark's own noise (how far apart two copies of one app measure).
 """
 
 from __future__ import annotations
@@ -59,9 +63,11 @@ ROUTES = {
 }
 STACKS = ("ours", "theirs")
 SLOT = 1.0  # seconds per round
-# The mix runs this many times longer than a route alone: every route's noise feeds it, and
-# its per-route figures are a fraction of its rounds.
-MIX_LONGER = 3
+# The mix runs this many times longer than a route alone: every route's noise feeds it, its
+# per-route figures are a fraction of its rounds, and its ratio is the one nearest 1.0. Two
+# copies of one stack measured 0.99-1.05 apart over 60 s of the mix, and 60 s windows of
+# one long run 0.97-1.03 apart: more rounds make the median steadier.
+MIX_LONGER = 8
 WARMUP_SLOTS = 2  # sign-ins, pools, script loads
 
 
@@ -225,6 +231,15 @@ def _memory() -> str:
     return ",".join(sorted(names))
 
 
+def _same() -> str:
+    """The calibration (``E2E_SAME``): the stack both servers run, or "" (ours against
+    theirs, the default)."""
+    choice = os.environ.get("E2E_SAME", "")
+    if choice not in ("", *STACKS):
+        raise SystemExit(f"E2E_SAME must be one of {', '.join(STACKS)}, not {choice!r}")
+    return choice
+
+
 def _scenarios() -> list[str]:
     """The scenarios to run (``E2E_SCENARIOS``, comma-separated): every one by default."""
     known = ["mix", *ROUTES]
@@ -275,7 +290,8 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
     outdir = Path(tempfile.mkdtemp(prefix="rp-e2e-"))
     try:
         env = {"SOAK_BENCH": "1", "SOAK_MEMORY": _memory()}
-        stacks = {name: Stack(owned, "gunicorn", stack=name, env=env) for name in STACKS}
+        stacks = {name: Stack(owned, "gunicorn", stack=_same() or name, env=env)
+                  for name in STACKS}
         if config == "pinned":
             for stack in stacks.values():
                 assert stack.redis.process is not None
@@ -289,7 +305,7 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
             commands = _commands(owned, stacks, mix, outdir)
             results[scenario] = _per_route(events, length, commands, cpu)
         report(results, seconds, CONFIGS[config])
-        if profile_seconds > 0:
+        if profile_seconds > 0 and not _same():
             profile(owned, stacks, profile_seconds, outdir)
     finally:
         owned.stop_all()
@@ -305,6 +321,9 @@ def report(results: dict[str, Any], seconds: float, config: str) -> None:
           f"replies parsed by {_parser()}, "
           f"ours' process memories: {memory} "
           "(medians over the rounds; ratio = ours/theirs, > 1 is ours faster)")
+    if _same():
+        print(f"CALIBRATION: both servers run {_same()}'s stack (\"ours\" is the first copy): "
+              "every ratio is the benchmark's own noise")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
           f"{'Redis CPU us/req':>17} {'errors ours/theirs':>19}")
