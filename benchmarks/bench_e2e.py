@@ -1,18 +1,19 @@
 """End to end: the soak app on gunicorn, ours against the stack users replace.
 
 Two gunicorns (4 workers x 4 threads each) serve the same app (``soak/app``), each with its
-own redis-server: **ours** (our cache backend, session engine with SessionActivityMiddleware,
-``@ratelimit`` / ``RateLimitMiddleware``, ``IdempotencyMiddleware``) and **theirs**
-(django-redis's cache, Django's cache session engine, django-ratelimit's fixed window, no
-idempotency layer). One closed-loop load (16 signed-in devices, spread evenly over each
-server's workers; :mod:`benchmarks.e2e_load`) alternates between them **every second**,
-all devices together, so both stacks share every moment of the (shared, noisy) machine;
-each second is a round. Scenarios: the mix, then each route
-alone. Rate limits are set so high that every request is admitted: this measures the
-admitted path, not 429s. We report per route the median over the rounds of requests/s and
-the median latency, and their ratios ours/theirs (> 1: ours is faster), the redis-server CPU
-per request, and the Redis commands each request sent (from ``MONITOR``; commands run
-inside a script not counted).
+own redis-server: **ours** (our cache backend, session engine with
+SessionActivityMiddleware, ``@ratelimit`` / ``RateLimitMiddleware``,
+``IdempotencyMiddleware``) and **theirs** (django-redis's cache, Django's cache session
+engine, django-ratelimit's fixed window, no idempotency layer). One closed-loop load (16
+signed-in devices, spread evenly over each server's workers; :mod:`benchmarks.e2e_load`)
+alternates between them **every second**, all devices together, so both stacks share every
+moment of the (shared, noisy) machine; each second is a round. Scenarios: the mix, the same
+mix without the idempotent ``POST /orders`` (``mix_same``: the routes both stacks serve
+alike; the POST is where ours does more on purpose), then each route alone. Rate limits are
+set so high that every request is admitted: this measures the admitted path, not 429s. We
+report per route the median over the rounds of requests/s and the median latency, and their
+ratios ours/theirs (> 1: ours is faster), the redis-server CPU per request, and the Redis
+commands each request sent (from ``MONITOR``; commands run inside a script not counted).
 Then py-spy samples the workers of each stack under the mix, charged to the layer that
 spent them (:mod:`benchmarks.e2e_profile`).
 
@@ -29,11 +30,11 @@ Ours runs with the opt-in process memories ``E2E_MEMORY`` names: ``sessions,cach
 correct by Redis tracking), ``sessions``, ``cache``, or ``none`` (every feature at its
 defaults). The header says which.
 
-``E2E_SCENARIOS`` (comma-separated: ``mix`` and route names) runs only those.
+``E2E_SCENARIOS`` (comma-separated: ``mix``, ``mix_same`` and route names) runs only those.
 ``E2E_SECONDS`` (24) is the length of each route's scenario (the mix runs eight times as
 long: its ratio is the one nearest the line, and the median of a round's requests/s moves
-with the machine, so it needs the most rounds), ``E2E_PROFILE_SECONDS`` (20, 0 = no
-profile) the profile's (under the first configuration).
+with the machine, so it needs the most rounds; ``mix_same`` four times),
+``E2E_PROFILE_SECONDS`` (20, 0 = no profile) the profile's (under the first configuration).
 
 ``E2E_SAME=ours`` (or ``theirs``) is the calibration: both servers run that one stack, so
 every ratio is the benchmark's own noise (how far apart two copies of one app measure).
@@ -68,6 +69,11 @@ SLOT = 1.0  # seconds per round
 # copies of one stack measured 0.99-1.05 apart over 60 s of the mix, and 60 s windows of
 # one long run 0.97-1.03 apart: more rounds make the median steadier.
 MIX_LONGER = 8
+# The same-work mix (the mix without the idempotent POST, which only ours protects) is the
+# figure for the routes both stacks serve alike; it sits further from 1.0, so half as long.
+SAME_WORK_LONGER = 4
+SAME_WORK = "mix_same"
+MIXES = ("mix", SAME_WORK)
 WARMUP_SLOTS = 2  # sign-ins, pools, script loads
 
 
@@ -242,7 +248,7 @@ def _same() -> str:
 
 def _scenarios() -> list[str]:
     """The scenarios to run (``E2E_SCENARIOS``, comma-separated): every one by default."""
-    known = ["mix", *ROUTES]
+    known = [*MIXES, *ROUTES]
     choice = [name for name in os.environ.get("E2E_SCENARIOS", "").split(",") if name]
     if set(choice) - set(known):
         raise SystemExit(f"E2E_SCENARIOS lists {', '.join(known)}, not {choice!r}")
@@ -274,7 +280,10 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
     from soak.processes import Owned
     from soak.run import Stack
 
-    scenarios: dict[str, dict[str, int]] = {"mix": dict(BENCH_MIX)}
+    scenarios: dict[str, dict[str, int]] = {
+        "mix": dict(BENCH_MIX),
+        SAME_WORK: {route: n for route, n in BENCH_MIX.items() if route != "order"},
+    }
     scenarios.update({route: {route: 1} for route in ROUTES})
     scenarios = {name: mix for name, mix in scenarios.items() if name in _scenarios()}
     global LOAD_CPUS
@@ -300,7 +309,7 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
         results = {}
         for scenario, mix in scenarios.items():
             cpu: dict[str, float] = {}
-            length = seconds * (MIX_LONGER if scenario == "mix" else 1)
+            length = seconds * _longer(scenario)
             events = _scenario(owned, stacks, mix, length, outdir, cpu)
             commands = _commands(owned, stacks, mix, outdir)
             results[scenario] = _per_route(events, length, commands, cpu)
@@ -313,10 +322,16 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
         LOAD_CPUS = None
 
 
+def _longer(scenario: str) -> int:
+    """How many times a route's length ``scenario`` runs."""
+    return {"mix": MIX_LONGER, SAME_WORK: SAME_WORK_LONGER}.get(scenario, 1)
+
+
 def report(results: dict[str, Any], seconds: float, config: str) -> None:
     memory = _memory() or "none (defaults)"
     print(f"\n## End to end, {config}: gunicorn 4x4 each, load alternating every "
-          f"{SLOT:.0f} s, {seconds:.0f} s per route ({MIX_LONGER * seconds:.0f} s for the mix), "
+          f"{SLOT:.0f} s, {seconds:.0f} s per route ({MIX_LONGER * seconds:.0f} s for the mix, "
+          f"{SAME_WORK_LONGER * seconds:.0f} s for {SAME_WORK}: the mix without POST /orders), "
           f"{LOADS[_load_kind()]}, "
           f"replies parsed by {_parser()}, "
           f"ours' process memories: {memory} "
@@ -328,7 +343,7 @@ def report(results: dict[str, Any], seconds: float, config: str) -> None:
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
           f"{'Redis CPU us/req':>17} {'errors ours/theirs':>19}")
     for scenario, per in results.items():
-        routes = ["all", *ROUTES] if scenario == "mix" else [scenario]
+        routes = ["all", *ROUTES] if scenario in MIXES else [scenario]
         for route in routes:
             ours, theirs = per["ours"].get(route), per["theirs"].get(route)
             if not ours or not theirs:
