@@ -12,8 +12,11 @@ mix without the idempotent ``POST /orders`` (``mix_same``: the routes both stack
 alike; the POST is where ours does more on purpose), then each route alone. Rate limits are
 set so high that every request is admitted: this measures the admitted path, not 429s. We
 report per route the median over the rounds of requests/s and the median latency, and their
-ratios ours/theirs (> 1: ours is faster), the redis-server CPU per request, and the Redis
-commands each request sent (from ``MONITOR``; commands run inside a script not counted).
+ratios ours/theirs (> 1: ours is faster), the redis-server CPU per request, the app's CPU per
+request (the gunicorn's every process and thread, idle rounds included: with the app pinned
+it is the cost that sets the rate, and it varies much less from run to run than the rate),
+and the Redis commands each request sent (from ``MONITOR``; commands run inside a script not
+counted).
 Then py-spy samples the workers of each stack under the mix, charged to the layer that
 spent them (:mod:`benchmarks.e2e_profile`).
 
@@ -31,9 +34,9 @@ correct by Redis tracking), ``sessions``, ``cache``, or ``none`` (every feature 
 defaults). The header says which.
 
 ``E2E_SCENARIOS`` (comma-separated: ``mix``, ``mix_same`` and route names) runs only those.
-``E2E_SECONDS`` (24) is the length of each route's scenario (the mix runs eight times as
+``E2E_SECONDS`` (48) is the length of each route's scenario (the mix runs four times as
 long: its ratio is the one nearest the line, and the median of a round's requests/s moves
-with the machine, so it needs the most rounds; ``mix_same`` four times),
+with the machine, so it needs the most rounds; ``mix_same`` twice),
 ``E2E_PROFILE_SECONDS`` (20, 0 = no profile) the profile's (under the first configuration).
 
 ``E2E_SAME=ours`` (or ``theirs``) is the calibration: both servers run that one stack, so
@@ -68,10 +71,10 @@ SLOT = 1.0  # seconds per round
 # per-route figures are a fraction of its rounds, and its ratio is the one nearest 1.0. Two
 # copies of one stack measured 0.99-1.05 apart over 60 s of the mix, and 60 s windows of
 # one long run 0.97-1.03 apart: more rounds make the median steadier.
-MIX_LONGER = 8
+MIX_LONGER = 4
 # The same-work mix (the mix without the idempotent POST, which only ours protects) is the
 # figure for the routes both stacks serve alike; it sits further from 1.0, so half as long.
-SAME_WORK_LONGER = 4
+SAME_WORK_LONGER = 2
 SAME_WORK = "mix_same"
 MIXES = ("mix", SAME_WORK)
 WARMUP_SLOTS = 2  # sign-ins, pools, script loads
@@ -119,6 +122,21 @@ def _redis_cpu(stack: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def _app_cpu(stack: Any) -> float:
+    """CPU seconds the gunicorn (master and workers, every thread) has used so far."""
+    from soak.processes import children_of
+
+    ticks = 0
+    for pid in (stack.server.process.pid, *children_of(stack.server.process.pid)):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 LOADS = {
     "lean": "the lean load (one event loop, 16 devices)",
     "soak": "the soak's load (http.client, 4 processes x 4 devices)",
@@ -156,9 +174,10 @@ def start_load(owned: Any, ports: list[int], seconds: float, outdir: Path,
 def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: float,
               outdir: Path, cpu: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One load alternating between the stacks every SLOT; its events. ``cpu`` gets each
-    stack's redis-server CPU seconds per request."""
+    stack's redis-server and app CPU seconds per request."""
     ports = [stacks[name].server.port for name in STACKS]
     before = {name: _redis_cpu(stacks[name]) for name in STACKS}
+    before_app = {name: _app_cpu(stacks[name]) for name in STACKS}
     load = start_load(owned, ports, seconds, outdir, mix)
     events = load.collect()
     for e in events:
@@ -167,6 +186,7 @@ def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: 
         for i, name in enumerate(STACKS):
             served = sum(1 for e in events if e.get("tg", 0) == i and e["st"])
             cpu[name] = (_redis_cpu(stacks[name]) - before[name]) / max(served, 1)
+            cpu[f"{name}_app"] = (_app_cpu(stacks[name]) - before_app[name]) / max(served, 1)
     return events
 
 
@@ -209,6 +229,7 @@ def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str,
                 "errors": sum(1 for e in evs if e["st"] >= 400),
                 "commands": commands[name],
                 "redis_us": 1e6 * cpu[name],
+                "app_us": 1e6 * cpu[f"{name}_app"],
             }
     return out
 
@@ -268,7 +289,7 @@ def _parser() -> str:
 
 
 def run() -> None:
-    seconds = float(os.environ.get("E2E_SECONDS", "24"))
+    seconds = float(os.environ.get("E2E_SECONDS", "48"))
     profile_seconds = float(os.environ.get("E2E_PROFILE_SECONDS", "20"))
     for n, config in enumerate(_configs()):
         run_config(config, seconds, profile_seconds if n == 0 else 0)
@@ -341,7 +362,7 @@ def report(results: dict[str, Any], seconds: float, config: str) -> None:
               "every ratio is the benchmark's own noise")
     print(f"{'scenario':<11} {'route':<40} {'ours req/s':>10} {'theirs':>7} {'ratio':>6} "
           f"{'ours p50 ms':>11} {'theirs':>7} {'ratio':>6} {'cmds/req ours/theirs':>21} "
-          f"{'Redis CPU us/req':>17} {'errors ours/theirs':>19}")
+          f"{'Redis CPU us/req':>17} {'app CPU us/req':>15} {'errors ours/theirs':>19}")
     for scenario, per in results.items():
         routes = ["all", *ROUTES] if scenario in MIXES else [scenario]
         for route in routes:
@@ -352,10 +373,12 @@ def report(results: dict[str, Any], seconds: float, config: str) -> None:
             whole = route in ("all", scenario)
             cmds = f"{ours['commands']:.2f} / {theirs['commands']:.2f}" if whole else ""
             us = f"{ours['redis_us']:.0f} / {theirs['redis_us']:.0f}" if whole else ""
+            app = f"{ours['app_us']:.0f} / {theirs['app_us']:.0f}" if whole else ""
             print(f"{scenario:<11} {label:<40} {ours['rps']:>10,.0f} {theirs['rps']:>7,.0f} "
                   f"{ours['rps'] / max(theirs['rps'], 1e-9):>6.2f} {ours['p50']:>11.1f} "
                   f"{theirs['p50']:>7.1f} {theirs['p50'] / max(ours['p50'], 1e-9):>6.2f} "
-                  f"{cmds:>21} {us:>17} {ours['errors']:>11.0f} / {theirs['errors']:<5.0f}")
+                  f"{cmds:>21} {us:>17} {app:>15} "
+                  f"{ours['errors']:>11.0f} / {theirs['errors']:<5.0f}")
 
 
 def profile(owned: Any, stacks: dict[str, Any], seconds: float, outdir: Path) -> None:
