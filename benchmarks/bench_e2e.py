@@ -14,7 +14,7 @@ set so high that every request is admitted: this measures the admitted path, not
 report per route the median over the rounds of requests/s and the median latency, and their
 ratios ours/theirs (> 1: ours is faster), the redis-server CPU per request, the app's CPU per
 request (the gunicorn's every process and thread, idle rounds included: with the app pinned
-it is the cost that sets the rate, and it varies much less from run to run than the rate),
+its core is saturated, so this is the cost that sets the rate),
 and the Redis commands each request sent (from ``MONITOR``; commands run inside a script not
 counted).
 Then py-spy samples the workers of each stack under the mix, charged to the layer that
