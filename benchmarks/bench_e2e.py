@@ -122,19 +122,12 @@ def _redis_cpu(stack: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def _app_cpu(stack: Any) -> float:
-    """CPU seconds the gunicorn (master and workers, every thread) has used so far."""
-    from soak.processes import children_of
+def _cpu(stack: Any) -> dict[str, float]:
+    """CPU seconds used so far by the stack's redis-server and by its gunicorn (master and
+    workers, every thread)."""
+    from soak.processes import cpu_seconds
 
-    ticks = 0
-    for pid in (stack.server.process.pid, *children_of(stack.server.process.pid)):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return {"redis": _redis_cpu(stack), "app": cpu_seconds(stack.server.process.pid)}
 
 
 LOADS = {
@@ -172,12 +165,13 @@ def start_load(owned: Any, ports: list[int], seconds: float, outdir: Path,
 
 
 def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: float,
-              outdir: Path, cpu: dict[str, float] | None = None) -> list[dict[str, Any]]:
+              outdir: Path, cpu: dict[str, dict[str, float]] | None = None
+              ) -> list[dict[str, Any]]:
     """One load alternating between the stacks every SLOT; its events. ``cpu`` gets each
-    stack's redis-server and app CPU seconds per request."""
+    stack's redis-server and app CPU seconds per request (``cpu[stack]["redis"]``,
+    ``["app"]``)."""
     ports = [stacks[name].server.port for name in STACKS]
-    before = {name: _redis_cpu(stacks[name]) for name in STACKS}
-    before_app = {name: _app_cpu(stacks[name]) for name in STACKS}
+    before = {name: _cpu(stacks[name]) for name in STACKS}
     load = start_load(owned, ports, seconds, outdir, mix)
     events = load.collect()
     for e in events:
@@ -185,8 +179,9 @@ def _scenario(owned: Any, stacks: dict[str, Any], mix: dict[str, int], seconds: 
     if cpu is not None:
         for i, name in enumerate(STACKS):
             served = sum(1 for e in events if e.get("tg", 0) == i and e["st"])
-            cpu[name] = (_redis_cpu(stacks[name]) - before[name]) / max(served, 1)
-            cpu[f"{name}_app"] = (_app_cpu(stacks[name]) - before_app[name]) / max(served, 1)
+            after = _cpu(stacks[name])
+            cpu[name] = {part: (after[part] - before[name][part]) / max(served, 1)
+                         for part in after}
     return events
 
 
@@ -207,7 +202,7 @@ def _commands(owned: Any, stacks: dict[str, Any], mix: dict[str, int],
 
 
 def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str, float],
-               cpu: dict[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+               cpu: dict[str, dict[str, float]]) -> dict[str, dict[str, dict[str, float]]]:
     """stats[stack][route] = requests/s (median of rounds), p50 ms, errors, commands/req."""
     slots = int(seconds // SLOT)
     out: dict[str, dict[str, dict[str, float]]] = {name: {} for name in STACKS}
@@ -228,8 +223,8 @@ def _per_route(events: list[dict[str, Any]], seconds: float, commands: dict[str,
                 "p50": 1000 * statistics.median(e["r"] - e["s"] for e in evs),
                 "errors": sum(1 for e in evs if e["st"] >= 400),
                 "commands": commands[name],
-                "redis_us": 1e6 * cpu[name],
-                "app_us": 1e6 * cpu[f"{name}_app"],
+                "redis_us": 1e6 * cpu[name]["redis"],
+                "app_us": 1e6 * cpu[name]["app"],
             }
     return out
 
@@ -329,7 +324,7 @@ def run_config(config: str, seconds: float, profile_seconds: float) -> None:
         _scenario(owned, stacks, BENCH_MIX, 6, outdir)  # warm up both
         results = {}
         for scenario, mix in scenarios.items():
-            cpu: dict[str, float] = {}
+            cpu: dict[str, dict[str, float]] = {}
             length = seconds * _longer(scenario)
             events = _scenario(owned, stacks, mix, length, outdir, cpu)
             commands = _commands(owned, stacks, mix, outdir)

@@ -41,12 +41,29 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def alive(pid: int) -> bool:
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (field 3 on: state, ppid, ...), or None
+    when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()
     except OSError:
-        return False
+        return None
+
+
+def alive(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) ``pid`` and its direct children have used."""
+    ticks = 0
+    for one in (pid, *children_of(pid)):
+        fields = _stat_fields(one)
+        if fields is not None:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def stop_pid(pid: int, process: subprocess.Popen[bytes] | None = None,
